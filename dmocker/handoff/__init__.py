@@ -1,0 +1,71 @@
+"""Public API of the handoff protocol: value types, the spec, and the coordinator.
+
+Drivers (replay, checker, conformance, user harnesses) import only from here.
+"""
+
+from dmocker.handoff.coordinator import HandoffCoordinator
+from dmocker.handoff.spec import ProtocolSpec, SpecError, load_spec
+from dmocker.handoff.table import CompiledTable, compile_table
+from dmocker.handoff.types import (
+    Action,
+    ActivateDestination,
+    CancelDestination,
+    CancelSource,
+    Canceled,
+    Complete,
+    Completion,
+    DestinationReserved,
+    Fact,
+    Failed,
+    HandoffError,
+    HandoffErrorKind,
+    HandoffOrder,
+    IssuedAction,
+    Outcome,
+    OutcomeKind,
+    ReleaseSource,
+    ReserveDestination,
+    SourceHeld,
+    StartTransfer,
+    SubmitPrefill,
+    TimedOut,
+    TransferCompleted,
+    TransferTiming,
+    TransferTimingMode,
+    order_for_engine,
+)
+
+__all__ = [
+    "Action",
+    "ActivateDestination",
+    "CancelDestination",
+    "CancelSource",
+    "Canceled",
+    "CompiledTable",
+    "Complete",
+    "Completion",
+    "DestinationReserved",
+    "Fact",
+    "Failed",
+    "HandoffCoordinator",
+    "HandoffError",
+    "HandoffErrorKind",
+    "HandoffOrder",
+    "IssuedAction",
+    "Outcome",
+    "OutcomeKind",
+    "ProtocolSpec",
+    "ReleaseSource",
+    "ReserveDestination",
+    "SourceHeld",
+    "SpecError",
+    "StartTransfer",
+    "SubmitPrefill",
+    "TimedOut",
+    "TransferCompleted",
+    "TransferTiming",
+    "TransferTimingMode",
+    "compile_table",
+    "load_spec",
+    "order_for_engine",
+]

@@ -1,0 +1,377 @@
+"""The handoff coordinator: compiled-table state + the action journal + stored payloads.
+
+Everything the coordinator decides comes from the compiled table of the spec; this module only
+holds what the table cannot: the journal (which action id is which action, and the outcome
+recorded for it), the payloads facts carry (timing, transferable tokens) and the fallback delay.
+
+Inputs are applied atomically: every check runs before anything changes, so a rejected input
+(a :class:`HandoffError`) leaves the coordinator exactly as it was.  The reference latches
+``held``/``reserved`` before it rejects an invalid scheduled delay, so a corrected re-delivery is
+then ignored as a duplicate and the handoff can only be cancelled; here the corrected fact
+proceeds.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Final, Hashable
+
+from dmocker.handoff.spec import ProtocolSpec, load_spec
+from dmocker.handoff.table import (
+    NA_TAG,
+    REJECT_TAG,
+    STEP_TAG,
+    CompiledTable,
+    Reject,
+    Step,
+    compile_table,
+)
+from dmocker.handoff.types import (
+    Action,
+    ActivateDestination,
+    CancelDestination,
+    CancelSource,
+    Canceled,
+    Complete,
+    Completion,
+    DestinationReserved,
+    Fact,
+    Failed,
+    HandoffError,
+    HandoffErrorKind,
+    HandoffOrder,
+    IssuedAction,
+    Outcome,
+    OutcomeKind,
+    ReleaseSource,
+    ReserveDestination,
+    SourceHeld,
+    StartTransfer,
+    SubmitPrefill,
+    TimedOut,
+    TransferCompleted,
+    TransferTiming,
+)
+
+_ACTION_TYPES: Final[dict[str, type]] = {
+    "SubmitPrefill": SubmitPrefill,
+    "ReserveDestination": ReserveDestination,
+    "StartTransfer": StartTransfer,
+    "ActivateDestination": ActivateDestination,
+    "ReleaseSource": ReleaseSource,
+    "CancelSource": CancelSource,
+    "CancelDestination": CancelDestination,
+    "Complete": Complete,
+}
+_ACTION_NAMES: Final[dict[type, str]] = {cls: name for name, cls in _ACTION_TYPES.items()}
+_FACT_NAMES: Final[dict[type, str]] = {
+    SourceHeld: "SourceHeld",
+    DestinationReserved: "DestinationReserved",
+    TransferCompleted: "TransferCompleted",
+    Failed: "Failed",
+    TimedOut: "TimedOut",
+    Canceled: "Canceled",
+}
+
+
+def _finite_nonnegative(value: float) -> bool:
+    return math.isfinite(value) and value >= 0.0
+
+
+class _Compiled:
+    """Per-(spec, order) lookups precomputed once and shared by every coordinator."""
+
+    __slots__ = ("table", "start", "fact_events", "outcome_events", "clears_journal", "allowed", "cleanup")
+
+    def __init__(self, spec: ProtocolSpec, order: HandoffOrder) -> None:
+        self.table: CompiledTable = compile_table(spec, order)
+        events = self.table.events
+        self.start = events.index("start")
+        self.fact_events = {cls: events.index(name) for cls, name in _FACT_NAMES.items()}
+        self.outcome_events: dict[tuple[str, OutcomeKind], int] = {}
+        for action in spec.actions:
+            if action.pending is None:
+                continue
+            for kind in OutcomeKind:
+                self.outcome_events[(action.name, kind)] = events.index(f"{action.name}.{kind.value}")
+        self.clears_journal = frozenset(a.name for a in spec.actions if a.clears_journal)
+        self.allowed = {a.name: a.allowed for a in spec.actions}
+        self.cleanup = frozenset(a.name for a in spec.actions if a.cleanup)
+
+
+_COMPILED: dict[tuple[int, HandoffOrder], _Compiled] = {}
+
+
+def _compiled(spec: ProtocolSpec | None, order: HandoffOrder) -> _Compiled:
+    spec = spec if spec is not None else load_spec()
+    key = (id(spec), order)
+    found = _COMPILED.get(key)
+    if found is None:
+        found = _Compiled(spec, order)
+        _COMPILED[key] = found
+    return found
+
+
+class HandoffCoordinator:
+    """Pure state machine for one prefill-to-decode handoff, driven by the spec's table.
+
+    ``handoff_id`` is any hashable value compared with ``==``.  ``fallback_transfer_delay_ms``
+    is the delay used when the timing has no model; it must be finite and >= 0 (it may be
+    reassigned later; a non-finite value then makes the transfer step fail INVALID_DELAY).
+    """
+
+    __slots__ = (
+        "_handoff_id",
+        "_order",
+        "_c",
+        "_state",
+        "_next_id",
+        "_issued",
+        "_outcomes",
+        "_timing",
+        "_tokens",
+        "fallback_transfer_delay_ms",
+    )
+
+    def __init__(
+        self,
+        handoff_id: Hashable,
+        order: HandoffOrder,
+        *,
+        fallback_transfer_delay_ms: float = 0.0,
+        spec: ProtocolSpec | None = None,
+    ) -> None:
+        if not isinstance(order, HandoffOrder):
+            raise ValueError(f"order must be a HandoffOrder, got {order!r}")
+        fallback = float(fallback_transfer_delay_ms)
+        if not _finite_nonnegative(fallback):
+            raise ValueError(f"fallback_transfer_delay_ms must be finite and >= 0, got {fallback_transfer_delay_ms!r}")
+        self._handoff_id = handoff_id
+        self._order = order
+        self._c = _compiled(spec, order)
+        self._state = self._c.table.initial
+        self._next_id = 0
+        self._issued: dict[int, Action] = {}
+        self._outcomes: dict[int, Outcome] = {}
+        self._timing: TransferTiming | None = None
+        self._tokens: int | None = None
+        self.fallback_transfer_delay_ms = fallback
+
+    # --- public API --------------------------------------------------------------------------
+
+    @property
+    def handoff_id(self) -> Hashable:
+        return self._handoff_id
+
+    @property
+    def order(self) -> HandoffOrder:
+        return self._order
+
+    @property
+    def is_complete(self) -> bool:
+        return self._c.table.complete[self._state]
+
+    @property
+    def completion(self) -> Completion | None:
+        return self._c.table.completions[self._state]
+
+    @property
+    def state(self) -> int:
+        """Index of the current product state in the compiled table."""
+        return self._state
+
+    @property
+    def table(self) -> CompiledTable:
+        return self._c.table
+
+    def state_label(self) -> str:
+        return self._c.table.state_label(self._state)
+
+    def start(self) -> list[IssuedAction]:
+        entry = self._c.table.rows[self._state][self._c.start]
+        if entry.tag != STEP_TAG:
+            return []
+        assert isinstance(entry, Step)
+        return self._commit(entry, None, None)
+
+    def on_fact(self, fact: Fact) -> list[IssuedAction]:
+        if not (fact.handoff_id == self._handoff_id):
+            raise HandoffError(
+                HandoffErrorKind.FOREIGN_HANDOFF,
+                f"fact {type(fact).__name__} belongs to handoff {fact.handoff_id!r}, not {self._handoff_id!r}",
+            )
+        event = self._c.fact_events.get(type(fact))
+        if event is None:
+            raise TypeError(f"not a handoff fact: {fact!r}")
+        entry = self._c.table.rows[self._state][event]
+        tag = entry.tag
+        if tag == STEP_TAG:
+            assert isinstance(entry, Step)
+            timing = fact.transfer_timing if isinstance(fact, SourceHeld) else None
+            tokens = fact.transferable_prompt_tokens if isinstance(fact, DestinationReserved) else None
+            return self._commit(entry, timing, tokens)
+        if tag == REJECT_TAG:
+            assert isinstance(entry, Reject)
+            raise HandoffError(entry.kind, self._reject_message(entry.kind, type(fact).__name__))
+        return []
+
+    def on_action_outcome(self, action_id: int, outcome: Outcome) -> list[IssuedAction]:
+        table = self._c.table
+        if table.complete[self._state]:
+            return []
+        action = self._issued.get(action_id)
+        if action is None:
+            raise HandoffError(
+                HandoffErrorKind.UNKNOWN_ACTION,
+                f"unknown handoff action {action_id!r} for handoff {self._handoff_id!r}",
+            )
+        previous = self._outcomes.get(action_id)
+        if previous is not None:
+            if previous == outcome:
+                return []
+            raise HandoffError(
+                HandoffErrorKind.CONFLICTING_OUTCOME,
+                f"conflicting outcome for handoff action {action_id}: {_show(outcome)} after {_show(previous)}",
+            )
+        name = _ACTION_NAMES[type(action)]
+        event = self._c.outcome_events.get((name, outcome.kind))
+        if event is None:
+            raise HandoffError(HandoffErrorKind.INVALID_OUTCOME, f"{name} takes no outcome, got {_show(outcome)}")
+        entry = table.rows[self._state][event]
+        tag = entry.tag
+        if tag == STEP_TAG:
+            assert isinstance(entry, Step)
+            issued = self._commit(entry, None, None, answered=(action_id, outcome))
+            return issued
+        if tag == REJECT_TAG:
+            assert isinstance(entry, Reject)
+            if entry.kind is HandoffErrorKind.CLEANUP_FAILED:
+                raise HandoffError(entry.kind, f"handoff cleanup action {action_id} ({name}) failed: {outcome.message}")
+            allowed = ", ".join(self._c.allowed[name]) or "none"
+            raise HandoffError(
+                entry.kind, f"invalid outcome {_show(outcome)} for {name} (action {action_id}; allowed: {allowed})"
+            )
+        if tag == NA_TAG:  # pragma: no cover - the journal and the table disagree
+            raise AssertionError(f"journal holds unanswered {name} but the table has it settled")
+        return []
+
+    def snapshot(self) -> Hashable:
+        """A canonical, hashable key of everything that decides future behaviour.
+
+        Action ids appear relative to the next id, so two coordinators that differ only in how
+        many actions they issued in the past (with the same journal shape) have equal keys.
+        Floats are keyed by ``repr`` so NaN compares equal to itself.
+        """
+        journal = tuple(
+            (
+                self._next_id - aid,
+                _ACTION_NAMES[type(action)],
+                _float_key(action.delay_ms) if isinstance(action, StartTransfer) else None,
+                None if aid not in self._outcomes else (self._outcomes[aid].kind.value, self._outcomes[aid].message),
+            )
+            for aid, action in sorted(self._issued.items())
+        )
+        timing = self._timing
+        timing_key = (
+            None
+            if timing is None
+            else (
+                timing.mode.value,
+                timing.full_prompt_tokens,
+                timing.kv_bytes_per_token,
+                _float_key(timing.bandwidth_gb_s),
+                timing.state_bytes,
+            )
+        )
+        return (self._order.value, self._state, journal, timing_key, self._tokens, _float_key(self.fallback_transfer_delay_ms))
+
+    # --- internals ---------------------------------------------------------------------------
+
+    def _commit(
+        self,
+        step: Step,
+        timing: TransferTiming | None,
+        tokens: int | None,
+        answered: tuple[int, Outcome] | None = None,
+    ) -> list[IssuedAction]:
+        """Run the step's checks on the payloads, then apply it; nothing changes on failure."""
+        timing_now = timing if timing is not None else self._timing
+        tokens_now = tokens if tokens is not None else self._tokens
+        delay: float | None = None
+        for guard, error in step.checks:
+            ok, delay = self._guard(guard, timing_now, tokens_now, delay)
+            if not ok:
+                raise HandoffError(error, self._guard_message(guard, timing_now, delay))
+        if "StartTransfer" in step.emits and delay is None:
+            delay = self._scheduled_delay(timing_now, tokens_now)
+        # Everything checked: apply.
+        if answered is not None:
+            self._outcomes[answered[0]] = answered[1]
+        for store in step.stores:
+            if store == "transfer_timing":
+                self._timing = timing
+            elif store == "transferable_prompt_tokens":
+                self._tokens = tokens
+        self._state = step.next
+        issued: list[IssuedAction] = []
+        hid = self._handoff_id
+        for name in step.emits:
+            action: Action
+            if name == "StartTransfer":
+                assert delay is not None
+                action = StartTransfer(hid, delay)
+            else:
+                action = _ACTION_TYPES[name](hid)
+            aid = self._next_id
+            self._next_id = aid + 1
+            self._issued[aid] = action
+            issued.append(IssuedAction(aid, action))
+            if name in self._c.clears_journal:
+                self._issued.clear()
+                self._outcomes.clear()
+        return issued
+
+    def _scheduled_delay(self, timing: TransferTiming | None, tokens: int | None) -> float:
+        model = None if timing is None or tokens is None else timing.delay_ms(tokens)
+        return float(self.fallback_transfer_delay_ms) if model is None else model
+
+    def _guard(
+        self, guard: str, timing: TransferTiming | None, tokens: int | None, delay: float | None
+    ) -> tuple[bool, float | None]:
+        check: Callable[[], tuple[bool, float | None]]
+        if guard == "bandwidth_valid":
+            bw = None if timing is None else timing.bandwidth_gb_s
+            return (bw is None or _finite_nonnegative(bw)), delay
+        if guard == "full_prompt_delay_valid":
+            full = None if timing is None else timing.full_prompt_delay_ms()
+            return (full is None or _finite_nonnegative(full)), delay
+        if guard == "scheduled_delay_valid":
+            scheduled = self._scheduled_delay(timing, tokens)
+            return _finite_nonnegative(scheduled), scheduled
+        raise AssertionError(f"unknown guard {guard!r}")  # pragma: no cover - spec loader checks
+
+    def _guard_message(self, guard: str, timing: TransferTiming | None, delay: float | None) -> str:
+        if guard == "bandwidth_valid":
+            return f"invalid handoff transfer bandwidth {timing.bandwidth_gb_s if timing else None!r}"
+        if guard == "full_prompt_delay_valid":
+            return f"invalid handoff transfer delay {timing.full_prompt_delay_ms() if timing else None!r} (full prompt)"
+        return f"invalid handoff transfer delay {delay!r} (scheduled)"
+
+    def _reject_message(self, kind: HandoffErrorKind, fact: str) -> str:
+        what = {
+            HandoffErrorKind.HELD_BEFORE_SUBMITTED: "source held before prefill submission was acknowledged",
+            HandoffErrorKind.RESERVED_BEFORE_ACCEPTED: "destination reserved before ownership was accepted",
+            HandoffErrorKind.COMPLETED_BEFORE_SCHEDULED: "transfer completed before it was scheduled",
+        }.get(kind, kind.value)
+        return f"{what} ({fact} for handoff {self._handoff_id!r} in {self.state_label()})"
+
+    def __repr__(self) -> str:
+        return f"HandoffCoordinator({self._handoff_id!r}, {self._order}, {self.state_label()})"
+
+
+def _float_key(value: float | None) -> str | None:
+    return None if value is None else repr(float(value))
+
+
+def _show(outcome: Outcome) -> str:
+    return outcome.kind.value if not outcome.message else f"{outcome.kind.value}({outcome.message!r})"

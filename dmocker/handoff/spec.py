@@ -1,0 +1,535 @@
+"""Load and validate the declarative handoff protocol (``spec/handoff.json``).
+
+The spec file is the single source of truth: the compiled table, the python-statemachine
+machines, the checker's invariants, the conformance projection and the diagrams are all derived
+from the :class:`ProtocolSpec` this module returns.  Validation here is structural (names,
+shapes); the semantic checks that need the state space (reachability, ways out, completeness,
+transitions that never fire) run in :mod:`dmocker.handoff.table` and are reported through the
+same :class:`SpecError` naming the file and the element.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence, TypeAlias, Union
+
+from dmocker.handoff.types import HandoffErrorKind, HandoffOrder
+
+JsonValue: TypeAlias = Union[None, bool, int, float, str, Sequence["JsonValue"], Mapping[str, "JsonValue"]]
+
+#: Names of the data guards an implementation must evaluate (documented in spec/README.md).
+KNOWN_GUARDS = ("bandwidth_valid", "full_prompt_delay_valid", "scheduled_delay_valid")
+#: Data slots a transition may store from the fact it handles.
+KNOWN_STORES = ("transfer_timing", "transferable_prompt_tokens")
+KNOWN_INVARIANT_KINDS = (
+    "precedes",
+    "precedes_all",
+    "at_most_between",
+    "after_only",
+    "delay_finite_nonnegative",
+    "rejection_atomic",
+    "clean_at_cancel",
+    "responds",
+)
+
+
+class SpecError(ValueError):
+    """The spec file is malformed; the message names the file and the element."""
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    name: str
+    doc: str
+    initial: str
+    states: tuple[str, ...]
+    state_docs: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    guard: str
+    error: HandoffErrorKind
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """A transition (``event`` set) or a progression rule (``event`` None).
+
+    ``when`` maps regions to the states they must be in (a missing region matches any state).
+    ``result`` is ``"step"``, ``"ignore"`` or ``"reject"``.
+    """
+
+    id: str
+    event: str | None
+    orders: tuple[HandoffOrder, ...]
+    when: tuple[tuple[str, tuple[str, ...]], ...]
+    result: str
+    reject: HandoffErrorKind | None
+    set: tuple[tuple[str, str], ...]
+    emit: tuple[str, ...]
+    checks: tuple[Check, ...]
+    store: tuple[str, ...]
+    log: str | None
+    begin_cleanup: bool
+    doc: str
+    element: str
+
+    def applies_to(self, order: HandoffOrder) -> bool:
+        return order in self.orders
+
+
+@dataclass(frozen=True, slots=True)
+class ActionSpec:
+    name: str
+    side: str
+    acquires: bool
+    cleanup: bool
+    pending: tuple[str, str] | None
+    allowed: tuple[str, ...]
+    clears_journal: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FactSpec:
+    name: str
+    terminal: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Invariant:
+    id: str
+    kind: str
+    orders: tuple[HandoffOrder, ...]
+    doc: str
+    params: Mapping[str, JsonValue]
+
+
+@dataclass(frozen=True, slots=True)
+class ProtocolSpec:
+    path: str
+    spec_version: str
+    doc: str
+    regions: tuple[Region, ...]
+    facts: tuple[FactSpec, ...]
+    outcome_kinds: tuple[str, ...]
+    actions: tuple[ActionSpec, ...]
+    errors: tuple[HandoffErrorKind, ...]
+    guards: tuple[str, ...]
+    transitions: tuple[Transition, ...]
+    rules: tuple[Transition, ...]
+    completion_by_mode: tuple[tuple[str, str], ...]
+    complete_modes: tuple[str, ...]
+    final_modes: tuple[str, ...]
+    begin_cleanup_by_mode: tuple[tuple[str, str], ...]
+    lifecycles: tuple[tuple[HandoffOrder, tuple[str, ...]], ...]
+    observable_kinds: tuple[str, ...]
+    completed_details: tuple[str, ...]
+    invariants: tuple[Invariant, ...]
+
+    @property
+    def events(self) -> tuple[str, ...]:
+        """Every input the coordinator can receive, in a fixed order."""
+        names = ["start", *(f.name for f in self.facts)]
+        for action in self.actions:
+            if action.pending is not None:
+                names.extend(f"{action.name}.{kind}" for kind in self.outcome_kinds)
+        return tuple(names)
+
+    def region(self, name: str) -> Region:
+        for region in self.regions:
+            if region.name == name:
+                return region
+        raise KeyError(name)
+
+    def action(self, name: str) -> ActionSpec:
+        for action in self.actions:
+            if action.name == name:
+                return action
+        raise KeyError(name)
+
+    def lifecycle(self, order: HandoffOrder) -> tuple[str, ...]:
+        return dict(self.lifecycles)[order]
+
+    def invariants_for(self, order: HandoffOrder) -> tuple[Invariant, ...]:
+        return tuple(inv for inv in self.invariants if order in inv.orders)
+
+
+def default_spec_path() -> Path:
+    """Where the protocol lives: ``$DMOCKER_SPEC``, else the repository's ``spec/handoff.json``."""
+    override = os.environ.get("DMOCKER_SPEC")
+    if override:
+        return Path(override)
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        candidate = parent / "spec" / "handoff.json"
+        if candidate.is_file():
+            return candidate
+    raise SpecError(
+        "cannot find spec/handoff.json next to the dmocker package; set DMOCKER_SPEC "
+        "(install with `pip install -e .` from the repository)"
+    )
+
+
+_CACHE: dict[str, ProtocolSpec] = {}
+
+
+def load_spec(path: str | os.PathLike[str] | None = None) -> ProtocolSpec:
+    """Read, validate and cache the protocol spec (the default one unless ``path`` is given)."""
+    resolved = Path(path) if path is not None else default_spec_path()
+    key = str(resolved.resolve()) if resolved.exists() else str(resolved)
+    cached = _CACHE.get(key)
+    if cached is not None:
+        return cached
+    spec = parse_spec(_read_json(resolved), str(resolved))
+    # Semantic validation (reachability etc.) needs the compiled tables; it raises SpecError.
+    from dmocker.handoff.table import validate_semantics
+
+    validate_semantics(spec)
+    _CACHE[key] = spec
+    return spec
+
+
+def _read_json(path: Path) -> object:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"{path}: line {exc.lineno} column {exc.colno}: invalid JSON: {exc.msg}") from None
+
+
+class _Ctx:
+    """Error helper: every message names the file and the element."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def fail(self, element: str, message: str) -> SpecError:
+        return SpecError(f"{self.path}: {element}: {message}")
+
+    def obj(self, value: object, element: str) -> dict[str, object]:
+        if not isinstance(value, dict):
+            raise self.fail(element, f"expected an object, got {type(value).__name__}")
+        return value
+
+    def get(self, obj: dict[str, object], key: str, element: str) -> object:
+        if key not in obj:
+            raise self.fail(element, f"missing field {key!r}")
+        return obj[key]
+
+    def string(self, value: object, element: str) -> str:
+        if not isinstance(value, str):
+            raise self.fail(element, f"expected a string, got {type(value).__name__}")
+        return value
+
+    def strings(self, value: object, element: str) -> tuple[str, ...]:
+        if isinstance(value, str):
+            return (value,)
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.fail(element, "expected a string or a list of strings")
+        return tuple(value)
+
+    def boolean(self, value: object, element: str) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(element, f"expected true or false, got {value!r}")
+        return value
+
+
+def parse_spec(raw: object, path: str = "<spec>") -> ProtocolSpec:
+    """Turn the JSON document into a typed spec, checking every name it uses."""
+    ctx = _Ctx(path)
+    top = ctx.obj(raw, "document")
+    version = ctx.string(ctx.get(top, "spec_version", "document"), "spec_version")
+
+    orders_raw = ctx.obj(ctx.get(top, "orders", "document"), "orders")
+    order_names = {o.value for o in HandoffOrder}
+    for name in orders_raw:
+        if name not in order_names:
+            raise ctx.fail(f"orders.{name}", f"unknown order (expected {sorted(order_names)})")
+
+    regions: list[Region] = []
+    for rname, rraw in ctx.obj(ctx.get(top, "regions", "document"), "regions").items():
+        el = f"regions.{rname}"
+        robj = ctx.obj(rraw, el)
+        states_obj = ctx.obj(ctx.get(robj, "states", el), f"{el}.states")
+        if not states_obj:
+            raise ctx.fail(f"{el}.states", "a region needs at least one state")
+        initial = ctx.string(ctx.get(robj, "initial", el), f"{el}.initial")
+        if initial not in states_obj:
+            raise ctx.fail(f"{el}.initial", f"unknown state {initial!r}")
+        regions.append(
+            Region(
+                name=rname,
+                doc=str(robj.get("doc", "")),
+                initial=initial,
+                states=tuple(states_obj),
+                state_docs=tuple(str(v) for v in states_obj.values()),
+            )
+        )
+    region_states = {r.name: r.states for r in regions}
+    if "mode" not in region_states:
+        raise ctx.fail("regions", "a region named 'mode' is required")
+    modes = region_states["mode"]
+
+    def check_state(region: str, state: str, element: str) -> None:
+        if region not in region_states:
+            raise ctx.fail(element, f"unknown region {region!r}")
+        if state not in region_states[region]:
+            raise ctx.fail(element, f"unknown state {state!r} in region {region!r}")
+
+    facts: list[FactSpec] = []
+    for fname, fraw in ctx.obj(ctx.get(top, "facts", "document"), "facts").items():
+        fobj = ctx.obj(fraw, f"facts.{fname}")
+        facts.append(FactSpec(fname, ctx.boolean(fobj.get("terminal", False), f"facts.{fname}.terminal")))
+    outcome_kinds = ctx.strings(ctx.get(top, "outcome_kinds", "document"), "outcome_kinds")
+    if "Failed" not in outcome_kinds:
+        raise ctx.fail("outcome_kinds", "the 'Failed' outcome kind is required")
+
+    error_names = {k.name: k for k in HandoffErrorKind}
+    errors_obj = ctx.obj(ctx.get(top, "errors", "document"), "errors")
+    errors: list[HandoffErrorKind] = []
+    for ename in errors_obj:
+        if ename not in error_names:
+            raise ctx.fail(f"errors.{ename}", f"unknown error kind (known: {sorted(error_names)})")
+        errors.append(error_names[ename])
+
+    def error_kind(value: object, element: str) -> HandoffErrorKind:
+        name = ctx.string(value, element)
+        if name not in errors_obj:
+            raise ctx.fail(element, f"unknown error {name!r} (declare it under 'errors')")
+        return error_names[name]
+
+    guards_obj = ctx.obj(ctx.get(top, "guards", "document"), "guards")
+    for gname in guards_obj:
+        if gname not in KNOWN_GUARDS:
+            raise ctx.fail(f"guards.{gname}", f"unknown guard (implementations know {list(KNOWN_GUARDS)})")
+
+    actions: list[ActionSpec] = []
+    for aname, araw in ctx.obj(ctx.get(top, "actions", "document"), "actions").items():
+        el = f"actions.{aname}"
+        aobj = ctx.obj(araw, el)
+        pending_raw = aobj.get("pending")
+        pending: tuple[str, str] | None = None
+        if pending_raw is not None:
+            pobj = ctx.obj(pending_raw, f"{el}.pending")
+            if len(pobj) != 1:
+                raise ctx.fail(f"{el}.pending", "name exactly one region and state")
+            ((pregion, pstate),) = pobj.items()
+            check_state(pregion, ctx.string(pstate, f"{el}.pending"), f"{el}.pending")
+            pending = (pregion, str(pstate))
+        allowed = ctx.strings(aobj.get("allowed", []), f"{el}.allowed")
+        for kind in allowed:
+            if kind not in outcome_kinds:
+                raise ctx.fail(f"{el}.allowed", f"unknown outcome kind {kind!r}")
+        actions.append(
+            ActionSpec(
+                name=aname,
+                side=ctx.string(aobj.get("side", ""), f"{el}.side"),
+                acquires=ctx.boolean(aobj.get("acquires", False), f"{el}.acquires"),
+                cleanup=ctx.boolean(aobj.get("cleanup", False), f"{el}.cleanup"),
+                pending=pending,
+                allowed=allowed,
+                clears_journal=ctx.boolean(aobj.get("clears_journal", False), f"{el}.clears_journal"),
+            )
+        )
+    action_names = {a.name for a in actions}
+    fact_names = {f.name for f in facts}
+
+    observable = ctx.obj(ctx.get(top, "observable", "document"), "observable")
+    kinds = ctx.strings(ctx.get(observable, "kinds", "observable"), "observable.kinds")
+    details = ctx.strings(observable.get("completed_details", []), "observable.completed_details")
+
+    def parse_transition(raw_t: object, element: str, is_rule: bool, events: set[str]) -> Transition:
+        tobj = ctx.obj(raw_t, element)
+        tid = ctx.string(ctx.get(tobj, "id", element), f"{element}.id")
+        element = f"{element} (id {tid!r})"
+        event: str | None = None
+        if not is_rule:
+            event = ctx.string(ctx.get(tobj, "event", element), f"{element}.event")
+            if event not in events:
+                raise ctx.fail(element, f"unknown event {event!r}")
+        elif "event" in tobj:
+            raise ctx.fail(element, "rules fire on their own and take no 'event'")
+        orders_list = ctx.strings(tobj.get("orders", list(orders_raw)), f"{element}.orders")
+        orders: list[HandoffOrder] = []
+        for name in orders_list:
+            if name not in orders_raw:
+                raise ctx.fail(f"{element}.orders", f"unknown order {name!r}")
+            orders.append(HandoffOrder(name))
+        when: list[tuple[str, tuple[str, ...]]] = []
+        for region, states in ctx.obj(tobj.get("when", {}), f"{element}.when").items():
+            values = ctx.strings(states, f"{element}.when.{region}")
+            for state in values:
+                check_state(region, state, f"{element}.when.{region}")
+            when.append((region, values))
+        modes_set = [("ignore" in tobj), ("reject" in tobj)]
+        if modes_set[0] and modes_set[1]:
+            raise ctx.fail(element, "a transition cannot both ignore and reject")
+        result = "ignore" if modes_set[0] else "reject" if modes_set[1] else "step"
+        if is_rule and result != "step":
+            raise ctx.fail(element, "a rule must change the state")
+        reject = error_kind(tobj["reject"], f"{element}.reject") if result == "reject" else None
+        sets: list[tuple[str, str]] = []
+        for region, state in ctx.obj(tobj.get("set", {}), f"{element}.set").items():
+            check_state(region, ctx.string(state, f"{element}.set.{region}"), f"{element}.set.{region}")
+            sets.append((region, str(state)))
+        emit = ctx.strings(tobj.get("emit", []), f"{element}.emit")
+        for name in emit:
+            if name not in action_names:
+                raise ctx.fail(f"{element}.emit", f"unknown action {name!r}")
+        checks: list[Check] = []
+        for i, craw in enumerate(tobj.get("checks", []) if isinstance(tobj.get("checks", []), list) else []):
+            cel = f"{element}.checks[{i}]"
+            cobj = ctx.obj(craw, cel)
+            guard = ctx.string(ctx.get(cobj, "guard", cel), f"{cel}.guard")
+            if guard not in guards_obj:
+                raise ctx.fail(cel, f"unknown guard {guard!r}")
+            checks.append(Check(guard, error_kind(ctx.get(cobj, "else", cel), f"{cel}.else")))
+        store = ctx.strings(tobj.get("store", []), f"{element}.store")
+        for name in store:
+            if name not in KNOWN_STORES:
+                raise ctx.fail(f"{element}.store", f"unknown data slot {name!r}")
+        log = tobj.get("log")
+        if log is not None:
+            log = ctx.string(log, f"{element}.log")
+            if log not in kinds:
+                raise ctx.fail(f"{element}.log", f"unknown observable kind {log!r}")
+        if result != "step" and (sets or emit or checks or store or log):
+            raise ctx.fail(element, f"an {result} transition cannot set, emit, check, store or log")
+        if result == "step" and not sets:
+            raise ctx.fail(element, "a step must set at least one region")
+        return Transition(
+            id=tid,
+            event=event,
+            orders=tuple(orders),
+            when=tuple(when),
+            result=result,
+            reject=reject,
+            set=tuple(sets),
+            emit=emit,
+            checks=tuple(checks),
+            store=store,
+            log=log,
+            begin_cleanup=ctx.boolean(tobj.get("begin_cleanup", False), f"{element}.begin_cleanup"),
+            doc=str(tobj.get("doc", "")),
+            element=element,
+        )
+
+    provisional_events = {"start", *fact_names}
+    for action in actions:
+        if action.pending is not None:
+            provisional_events.update(f"{action.name}.{kind}" for kind in outcome_kinds)
+    transitions_raw = ctx.get(top, "transitions", "document")
+    rules_raw = ctx.get(top, "rules", "document")
+    if not isinstance(transitions_raw, list) or not isinstance(rules_raw, list):
+        raise ctx.fail("document", "'transitions' and 'rules' must be lists")
+    transitions = tuple(
+        parse_transition(t, f"transitions[{i}]", False, provisional_events)
+        for i, t in enumerate(transitions_raw)
+    )
+    rules = tuple(parse_transition(t, f"rules[{i}]", True, provisional_events) for i, t in enumerate(rules_raw))
+    seen_ids: dict[str, str] = {}
+    for t in (*transitions, *rules):
+        if t.id in seen_ids:
+            raise ctx.fail(t.element, f"duplicate id (also {seen_ids[t.id]})")
+        seen_ids[t.id] = t.element
+    seen_shapes: dict[tuple[object, ...], str] = {}
+    for t in (*transitions, *rules):
+        for order in t.orders:
+            shape = (t.event, order, tuple(sorted((r, tuple(sorted(s))) for r, s in t.when)))
+            if shape in seen_shapes:
+                raise ctx.fail(
+                    t.element,
+                    f"duplicate transition: same event, order and conditions as {seen_shapes[shape]}",
+                )
+            seen_shapes[shape] = t.element
+
+    completion = ctx.obj(ctx.get(top, "completion", "document"), "completion")
+    by_mode = ctx.obj(ctx.get(completion, "by_mode", "completion"), "completion.by_mode")
+    for mode, result_name in by_mode.items():
+        check_state("mode", mode, "completion.by_mode")
+        if result_name not in ("success", "canceled"):
+            raise ctx.fail("completion.by_mode", f"unknown completion {result_name!r}")
+    complete_modes = ctx.strings(ctx.get(completion, "complete_modes", "completion"), "completion.complete_modes")
+    final_modes = ctx.strings(ctx.get(completion, "final_modes", "completion"), "completion.final_modes")
+    for mode in (*complete_modes, *final_modes):
+        check_state("mode", mode, "completion")
+
+    bc = ctx.obj(ctx.get(top, "begin_cleanup", "document"), "begin_cleanup")
+    bc_modes = ctx.obj(ctx.get(bc, "by_mode", "begin_cleanup"), "begin_cleanup.by_mode")
+    for src, dst in bc_modes.items():
+        check_state("mode", src, "begin_cleanup.by_mode")
+        check_state("mode", ctx.string(dst, "begin_cleanup.by_mode"), "begin_cleanup.by_mode")
+
+    lifecycles_obj = ctx.obj(ctx.get(top, "lifecycles", "document"), "lifecycles")
+    lifecycles = tuple(
+        (HandoffOrder(name), ctx.strings(lifecycles_obj.get(name, []), f"lifecycles.{name}"))
+        for name in orders_raw
+    )
+
+    invariants: list[Invariant] = []
+    for i, iraw in enumerate(top.get("invariants", []) if isinstance(top.get("invariants"), list) else []):
+        el = f"invariants[{i}]"
+        iobj = ctx.obj(iraw, el)
+        iid = ctx.string(ctx.get(iobj, "id", el), f"{el}.id")
+        kind = ctx.string(ctx.get(iobj, "kind", el), f"{el}.kind")
+        if kind not in KNOWN_INVARIANT_KINDS:
+            raise ctx.fail(f"{el} (id {iid!r})", f"unknown invariant kind {kind!r}")
+        inv_orders = tuple(HandoffOrder(o) for o in ctx.strings(iobj.get("orders", list(orders_raw)), f"{el}.orders"))
+        params = {k: v for k, v in iobj.items() if k not in ("id", "kind", "orders", "doc")}
+        _check_invariant_atoms(ctx, f"{el} (id {iid!r})", params, action_names, fact_names)
+        invariants.append(Invariant(iid, kind, inv_orders, str(iobj.get("doc", "")), params))  # type: ignore[arg-type]
+
+    return ProtocolSpec(
+        path=path,
+        spec_version=version,
+        doc=str(top.get("doc", "")),
+        regions=tuple(regions),
+        facts=tuple(facts),
+        outcome_kinds=outcome_kinds,
+        actions=tuple(actions),
+        errors=tuple(errors),
+        guards=tuple(guards_obj),
+        transitions=transitions,
+        rules=rules,
+        completion_by_mode=tuple((m, str(c)) for m, c in by_mode.items()),
+        complete_modes=complete_modes,
+        final_modes=final_modes,
+        begin_cleanup_by_mode=tuple((m, str(d)) for m, d in bc_modes.items()),
+        lifecycles=lifecycles,
+        observable_kinds=kinds,
+        completed_details=details,
+        invariants=tuple(invariants),
+    )
+
+
+def _check_invariant_atoms(
+    ctx: _Ctx, element: str, params: dict[str, object], actions: set[str], facts: set[str]
+) -> None:
+    """Every atom an invariant mentions (``issue:X``, ``fact:Y``, ``answer:X:K``) must exist."""
+
+    def atoms(value: object) -> list[str]:
+        if isinstance(value, str):
+            return [value]
+        if isinstance(value, list):
+            return [v for v in value if isinstance(v, str)]
+        return []
+
+    for key in ("first", "then", "atom", "allowed", "response"):
+        for atom in atoms(params.get(key)):
+            head, _, rest = atom.partition(":")
+            name = rest.split(":")[0]
+            if head == "issue" and name not in actions:
+                raise ctx.fail(element, f"unknown action {name!r} in {atom!r}")
+            if head == "fact" and name not in facts:
+                raise ctx.fail(element, f"unknown fact {name!r} in {atom!r}")
+            if head == "answer" and name not in actions:
+                raise ctx.fail(element, f"unknown action {name!r} in {atom!r}")
+            if head not in ("issue", "fact", "answer"):
+                raise ctx.fail(element, f"unknown atom {atom!r}")
