@@ -32,7 +32,7 @@ def state_id(region: str, state: str) -> str:
     return f"{region}__{state}"
 
 
-class HandoffChart(StateChart):  # type: ignore[misc]
+class HandoffChart(StateChart):  # type: ignore[type-arg]
     """Base class of the generated charts: strict (no swallowed errors, no silent events)."""
 
     catch_errors_as_events = False
@@ -174,7 +174,7 @@ def build_chart(spec: ProtocolSpec, order: HandoffOrder) -> type[HandoffChart]:
     root._set_id("handoff")
     name = "".join(part.capitalize() for part in order.value.split("-")) + "Handoff"
     cls = type(name, (HandoffChart,), {"handoff": root, "__doc__": f"The {order.value} handoff chart."})
-    return cls  # type: ignore[return-value]
+    return cls
 
 
 def _synthetic(tid: str, event: str, when: dict[str, tuple[str, ...]], result: str) -> Transition:

@@ -376,15 +376,19 @@ def parse_spec(raw: object, path: str = "<spec>") -> ProtocolSpec:
             raise ctx.fail(element, "a rule must change the state")
         reject = error_kind(tobj["reject"], f"{element}.reject") if result == "reject" else None
         sets: list[tuple[str, str]] = []
-        for region, state in ctx.obj(tobj.get("set", {}), f"{element}.set").items():
-            check_state(region, ctx.string(state, f"{element}.set.{region}"), f"{element}.set.{region}")
-            sets.append((region, str(state)))
+        for region, raw_state in ctx.obj(tobj.get("set", {}), f"{element}.set").items():
+            target = ctx.string(raw_state, f"{element}.set.{region}")
+            check_state(region, target, f"{element}.set.{region}")
+            sets.append((region, target))
         emit = ctx.strings(tobj.get("emit", []), f"{element}.emit")
         for name in emit:
             if name not in action_names:
                 raise ctx.fail(f"{element}.emit", f"unknown action {name!r}")
         checks: list[Check] = []
-        for i, craw in enumerate(tobj.get("checks", []) if isinstance(tobj.get("checks", []), list) else []):
+        checks_raw = tobj.get("checks", [])
+        if not isinstance(checks_raw, list):
+            raise ctx.fail(f"{element}.checks", "expected a list")
+        for i, craw in enumerate(checks_raw):
             cel = f"{element}.checks[{i}]"
             cobj = ctx.obj(craw, cel)
             guard = ctx.string(ctx.get(cobj, "guard", cel), f"{cel}.guard")
@@ -474,7 +478,10 @@ def parse_spec(raw: object, path: str = "<spec>") -> ProtocolSpec:
     )
 
     invariants: list[Invariant] = []
-    for i, iraw in enumerate(top.get("invariants", []) if isinstance(top.get("invariants"), list) else []):
+    invariants_raw = top.get("invariants", [])
+    if not isinstance(invariants_raw, list):
+        raise ctx.fail("invariants", "expected a list")
+    for i, iraw in enumerate(invariants_raw):
         el = f"invariants[{i}]"
         iobj = ctx.obj(iraw, el)
         iid = ctx.string(ctx.get(iobj, "id", el), f"{el}.id")

@@ -187,7 +187,10 @@ class _Compiler:
     def compile(self) -> CompiledTable:
         events = self.spec.events
         initial = {r.name: r.initial for r in self.spec.regions}
-        key_of = lambda c: tuple(c[r] for r in self.regions)  # noqa: E731
+
+        def key_of(c: dict[str, str]) -> Config:
+            return tuple(c[r] for r in self.regions)
+
         index: dict[Config, int] = {key_of(initial): 0}
         configs: list[Config] = [key_of(initial)]
         raw_rows: list[list[tuple[Entry, Config | None]]] = []
@@ -273,10 +276,10 @@ def validate_semantics(spec: ProtocolSpec) -> None:
                     f"{spec.path}: state {table.state_label(s)} ({order.value}): "
                     "not final and no input leads out of it"
                 )
-    for region in spec.regions:
-        for state in region.states:
-            if state not in reached[region.name]:
-                raise SpecError(f"{spec.path}: regions.{region.name}.states.{state}: unreachable state")
+    for spec_region in spec.regions:
+        for state in spec_region.states:
+            if state not in reached[spec_region.name]:
+                raise SpecError(f"{spec.path}: regions.{spec_region.name}.states.{state}: unreachable state")
     for t in (*spec.transitions, *spec.rules):
         if t.id not in used:
             raise SpecError(f"{spec.path}: {t.element}: never fires in any reachable state (shadowed or dead)")

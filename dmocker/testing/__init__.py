@@ -1,0 +1,255 @@
+"""Hypothesis stateful testing kit for any handoff coordinator (ours or a backend team's).
+
+``coordinator_state_machine(factory, order)`` returns a ``RuleBasedStateMachine`` class whose
+environment delivers, at any step, any fact (duplicates, foreign ids, adversarial timings),
+any outcome for any issued or unknown action id (valid, invalid, FAILED, conflicting), a
+second ``start()``, a non-finite fallback, and "healthy" progress (the right answer to the
+oldest open action, or the fact that is due) so that runs reach success, reopen and late
+cleanup.  After every step it checks the spec's invariants (:mod:`dmocker.handoff.monitor`)
+and that a rejected input changed nothing; Hypothesis shrinks a failure to a short step list.
+
+Usage::
+
+    from dmocker.handoff import HandoffOrder
+    from dmocker.testing import coordinator_state_machine
+    TestMine = coordinator_state_machine(MyCoordinator, HandoffOrder.SOURCE_FIRST).TestCase
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Hashable, Protocol
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from dmocker.handoff.monitor import InvariantMonitor, Observation
+from dmocker.handoff.spec import ProtocolSpec, load_spec
+from dmocker.handoff.types import (
+    Canceled,
+    Completion,
+    DestinationReserved,
+    Fact,
+    Failed,
+    HandoffError,
+    HandoffOrder,
+    IssuedAction,
+    Outcome,
+    OutcomeKind,
+    SourceHeld,
+    TimedOut,
+    TransferCompleted,
+    TransferTiming,
+    TransferTimingMode,
+)
+
+__all__ = ["CoordinatorLike", "coordinator_state_machine", "TIMINGS", "TOKENS", "FALLBACKS", "structural_key"]
+
+
+class CoordinatorLike(Protocol):
+    """The public API a coordinator needs to be tested (that of HandoffCoordinator)."""
+
+    fallback_transfer_delay_ms: float
+
+    def start(self) -> list[IssuedAction]: ...
+    def on_fact(self, fact: Fact) -> list[IssuedAction]: ...
+    def on_action_outcome(self, action_id: int, outcome: Outcome) -> list[IssuedAction]: ...
+    @property
+    def is_complete(self) -> bool: ...
+    @property
+    def completion(self) -> Completion | None: ...
+
+
+_FULL = TransferTimingMode.FULL_PROMPT
+_MISSING = TransferTimingMode.DESTINATION_MISSING
+#: Timing payloads, adversarial ones included (no model, zero/NaN/negative/inf/tiny bandwidth).
+TIMINGS: tuple[TransferTiming, ...] = (
+    TransferTiming(_FULL, 100),
+    TransferTiming(_FULL, 128, 1_000_000, 1.0),
+    TransferTiming(_MISSING, 100, 1000, 1.0),
+    TransferTiming(_FULL, 100, 1024, 0.0),
+    TransferTiming(_FULL, 100, 1024, float("nan")),
+    TransferTiming(_FULL, 100, 1024, -1.0),
+    TransferTiming(_MISSING, 0, 1 << 60, 1e-300),
+    TransferTiming(_FULL, 1 << 60, 1 << 60, 1e-300),
+)
+#: Transferable-token payloads: zero, small, ordinary, huge.
+TOKENS: tuple[int, ...] = (0, 3, 100, 1 << 60)
+#: Fallback delays, including non-finite ones assigned after construction.
+FALLBACKS: tuple[float, ...] = (0.0, 1.0, float("inf"), float("nan"))
+_GOOD = {
+    "SubmitPrefill": OutcomeKind.SUBMITTED,
+    "ReserveDestination": OutcomeKind.ACCEPTED,
+    "StartTransfer": OutcomeKind.SCHEDULED,
+}
+_TERMINAL: tuple[type[Failed] | type[TimedOut] | type[Canceled], ...] = (Failed, TimedOut, Canceled)
+
+
+def structural_key(obj: object) -> Hashable:
+    """A canonical key of an object's state: its ``snapshot()`` if it has one, else its
+    attributes, recursively (floats by repr so NaN equals NaN; dicts sorted)."""
+    snap = getattr(obj, "snapshot", None)
+    if callable(snap):
+        return snap()  # type: ignore[no-any-return]
+    return _structure(obj, 0)
+
+
+def _structure(value: object, depth: int) -> Hashable:
+    if depth > 8:
+        return repr(value)
+    if isinstance(value, float):
+        return ("f", repr(value))
+    if isinstance(value, (int, str, bool, type(None))):
+        return value
+    if isinstance(value, (list, tuple)):
+        return tuple(_structure(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted(((repr(k), _structure(v, depth + 1)) for k, v in value.items())))
+    if isinstance(value, (set, frozenset)):
+        return tuple(sorted(repr(v) for v in value))
+    slots = getattr(type(value), "__slots__", ())
+    attrs = dict(getattr(value, "__dict__", {}))
+    for name in slots if isinstance(slots, (list, tuple)) else ():
+        if hasattr(value, name):
+            attrs[name] = getattr(value, name)
+    if attrs:
+        return (type(value).__name__, _structure(attrs, depth + 1))
+    return repr(value)
+
+
+def coordinator_state_machine(
+    factory: Callable[[Hashable, HandoffOrder], CoordinatorLike],
+    order: HandoffOrder,
+    *,
+    spec: ProtocolSpec | None = None,
+    handoff_id: Hashable = "handoff-0",
+) -> type[RuleBasedStateMachine]:
+    """A RuleBasedStateMachine class exercising ``factory(handoff_id, order)``."""
+    the_spec = spec if spec is not None else load_spec()
+
+    class CoordinatorMachine(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.coordinator = factory(handoff_id, order)
+            self.monitor = InvariantMonitor(the_spec, order)
+            self.issued: list[IssuedAction] = []
+            self.answered: dict[int, Outcome] = {}
+            self.facts: set[str] = set()
+            self.violations: list[str] = []
+
+        # --- delivery with bookkeeping --------------------------------------------------
+
+        def _deliver(self, obs_input: str, call: Callable[[], list[IssuedAction]], **fields: object) -> None:
+            before = structural_key(self.coordinator)
+            error = None
+            issued: list[IssuedAction] = []
+            try:
+                issued = list(call())
+            except HandoffError as exc:
+                error = exc.kind
+            changed = structural_key(self.coordinator) != before if error is not None else None
+            obs = Observation(
+                input=obs_input,  # type: ignore[arg-type]
+                issued=tuple(issued),
+                error=error,
+                changed=changed,
+                completion=self.coordinator.completion,
+                **fields,  # type: ignore[arg-type]
+            )
+            if error is None:
+                fact = fields.get("fact")
+                if fact is not None:
+                    self.facts.add(type(fact).__name__)
+                aid = fields.get("action_id")
+                outcome = fields.get("outcome")
+                if isinstance(aid, int) and isinstance(outcome, Outcome) and aid not in self.answered:
+                    if any(a.id == aid for a in self.issued):
+                        self.answered[aid] = outcome
+            self.issued.extend(issued)
+            found = self.monitor.observe(obs)
+            assert not found, "; ".join(f"{v.invariant}: {v.message}" for v in found)
+
+        def _fact(self, fact: Fact) -> None:
+            self._deliver("fact", lambda: self.coordinator.on_fact(fact), fact=fact)
+
+        def _outcome(self, aid: int, outcome: Outcome) -> None:
+            self._deliver(
+                "outcome", lambda: self.coordinator.on_action_outcome(aid, outcome), action_id=aid, outcome=outcome
+            )
+
+        # --- rules ------------------------------------------------------------------------
+
+        @rule()
+        def start(self) -> None:
+            self._deliver("start", self.coordinator.start)
+
+        @rule(timing=st.sampled_from(TIMINGS), foreign=st.booleans())
+        def source_held(self, timing: TransferTiming, foreign: bool) -> None:
+            self._fact(SourceHeld(("other", handoff_id) if foreign else handoff_id, timing))
+
+        @rule(tokens=st.sampled_from(TOKENS), foreign=st.booleans())
+        def destination_reserved(self, tokens: int, foreign: bool) -> None:
+            self._fact(DestinationReserved(("other", handoff_id) if foreign else handoff_id, tokens))
+
+        @rule(foreign=st.booleans())
+        def transfer_completed(self, foreign: bool) -> None:
+            self._fact(TransferCompleted(("other", handoff_id) if foreign else handoff_id))
+
+        @rule(kind=st.sampled_from(_TERMINAL), foreign=st.booleans())
+        def terminal(self, kind: type[Failed] | type[TimedOut] | type[Canceled], foreign: bool) -> None:
+            self._fact(kind(("other", handoff_id) if foreign else handoff_id))
+
+        @rule(pick=st.integers(0, 63), kind=st.sampled_from(list(OutcomeKind)), message=st.sampled_from(["", "boom"]))
+        def any_outcome(self, pick: int, kind: OutcomeKind, message: str) -> None:
+            aid = self.issued[pick % len(self.issued)].id if self.issued else pick
+            self._outcome(aid, Outcome(kind, message))
+
+        @rule(offset=st.integers(1, 3))
+        def unknown_outcome(self, offset: int) -> None:
+            top = max((a.id for a in self.issued), default=-1)
+            self._outcome(top + offset, Outcome(OutcomeKind.APPLIED))
+
+        @rule(fallback=st.sampled_from(FALLBACKS))
+        def set_fallback(self, fallback: float) -> None:
+            self.coordinator.fallback_transfer_delay_ms = fallback
+
+        @rule(timing=st.sampled_from(TIMINGS[:3]), tokens=st.sampled_from(TOKENS[:3]), steps=st.integers(1, 12))
+        def healthy_progress(self, timing: TransferTiming, tokens: int, steps: int) -> None:
+            for _ in range(steps):
+                if not self._progress_once(timing, tokens):
+                    return
+
+        def _progress_once(self, timing: TransferTiming, tokens: int) -> bool:
+            for issued in self.issued:
+                name = type(issued.action).__name__
+                if name != "Complete" and issued.id not in self.answered and not self.coordinator.is_complete:
+                    self._outcome(issued.id, Outcome(_GOOD.get(name, OutcomeKind.APPLIED)))
+                    return True
+            if not self.issued:
+                self._deliver("start", self.coordinator.start)
+                return True
+            done = {type(a.action).__name__ for a in self.issued}
+            if "SubmitPrefill" in done and "SourceHeld" not in self.facts and self._answered_ok("SubmitPrefill"):
+                self._fact(SourceHeld(handoff_id, timing))
+                return True
+            if "ReserveDestination" in done and "DestinationReserved" not in self.facts and self._answered_ok("ReserveDestination"):
+                self._fact(DestinationReserved(handoff_id, tokens))
+                return True
+            if "StartTransfer" in done and "TransferCompleted" not in self.facts and self._answered_ok("StartTransfer"):
+                self._fact(TransferCompleted(handoff_id))
+                return True
+            return False
+
+        def _answered_ok(self, name: str) -> bool:
+            return any(
+                type(a.action).__name__ == name and self.answered.get(a.id, Outcome(OutcomeKind.FAILED)).kind is _GOOD[name]
+                for a in self.issued
+            )
+
+        @invariant()
+        def completion_is_consistent(self) -> None:
+            if self.coordinator.is_complete:
+                assert self.coordinator.completion is not None
+
+    CoordinatorMachine.__name__ = f"CoordinatorMachine_{order.name}"
+    CoordinatorMachine.__qualname__ = CoordinatorMachine.__name__
+    return CoordinatorMachine
