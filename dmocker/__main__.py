@@ -1,0 +1,3 @@
+from dmocker.cli.main import main
+
+raise SystemExit(main())

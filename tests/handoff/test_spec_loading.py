@@ -1,0 +1,72 @@
+"""Loading validates the spec: every broken element is named with the file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from dmocker.cli.main import main
+from dmocker.handoff import SpecError, load_spec
+from dmocker.handoff.spec import default_spec_path
+
+RAW = json.loads(default_spec_path().read_text())
+
+
+def _mutate(tmp_path: Path, change: Callable[[dict], None]) -> Path:
+    doc = json.loads(json.dumps(RAW))
+    change(doc)
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _transition(doc: dict, tid: str) -> dict:
+    return next(t for t in doc["transitions"] + doc["rules"] if t["id"] == tid)
+
+
+CASES = {
+    "unknown state": (lambda d: _transition(d, "held").update(set={"source": "helld"}), "unknown state 'helld'"),
+    "unknown region": (lambda d: _transition(d, "held")["when"].update(sauce="x"), "unknown region 'sauce'"),
+    "unknown event": (lambda d: _transition(d, "held").update(event="SourceHold"), "unknown event 'SourceHold'"),
+    "unknown action": (lambda d: _transition(d, "reserve_after_held").update(emit=["Reserve"]), "unknown action 'Reserve'"),
+    "unknown error": (lambda d: _transition(d, "held_early").update(reject="EARLY"), "unknown error 'EARLY'"),
+    "duplicate id": (lambda d: _transition(d, "reserved").update(id="held"), "duplicate id"),
+    "duplicate transition": (lambda d: d["transitions"].insert(0, dict(_transition(d, "held_early"), id="copy")), "duplicate transition"),
+    "unreachable state": (lambda d: d["regions"]["transfer"]["states"].update(lost="never entered"), "unreachable state"),
+    "no way out": (lambda d: d["rules"].__setitem__(slice(None), [r for r in d["rules"] if not r["id"].startswith("complete_canceled")]), "no input leads out"),
+    "missing transition": (lambda d: d["transitions"].remove(_transition(d, "failed_ignored")), "no transition for event 'Failed'"),
+    "dead transition": (lambda d: d["transitions"].insert(3, {"id": "dead", "event": "start", "when": {"source": "released"}, "ignore": True}), "never fires"),
+    "bad json": (None, "invalid JSON"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_broken_specs_are_rejected_naming_file_and_element(case: str, tmp_path: Path) -> None:
+    change, expected = CASES[case]
+    if change is None:
+        path = tmp_path / "spec.json"
+        path.write_text("{ not json")
+    else:
+        path = _mutate(tmp_path, change)
+    with pytest.raises(SpecError) as info:
+        load_spec(path)
+    assert str(path) in str(info.value) and expected in str(info.value)
+    assert main(["spec", "validate", str(path)]) == 2
+
+
+def test_bundled_spec_validates_and_shows(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["spec", "validate"]) == 0
+    assert "valid" in capsys.readouterr().out
+    assert main(["spec", "show", "--order", "destination-first"]) == 0
+    out = capsys.readouterr().out
+    assert "submit_after_reserved" in out and "reserve_after_held" not in out
+
+
+def test_demo_prints_one_clean_handoff_per_order(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("completion: success") == 2
+    assert out.index("#1 ReserveDestination") < out.index("== destination-first ==") < out.index("#1 SubmitPrefill")
