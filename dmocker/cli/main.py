@@ -8,6 +8,8 @@ import sys
 from typing import Sequence
 
 #: Verb modules, in help order. A module that fails to import is skipped, never fatal.
+#: What plain ``dmocker`` runs.
+DEFAULT_VERB = "demo"
 VERBS = ("demo", "replay", "spec_cmd", "check", "conform", "diagram")
 
 
@@ -17,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Formally specified prefill->decode KV-cache handoff: spec, checker, replay, conformance.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.set_defaults(verbs=sub.choices)
     for name in VERBS:
         try:
             module = importlib.import_module(f"dmocker.cli.{name}")
@@ -30,8 +33,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:
-        default = "replay" if "replay" in parser._subparsers._group_actions[0].choices else "demo"  # type: ignore[union-attr]
-        args = parser.parse_args([default, *(argv or [])])
+        # No verb: the main job on its built-in default.
+        args = parser.parse_args([DEFAULT_VERB if DEFAULT_VERB in args.verbs else "demo", *(argv or [])])
     try:
         code = args.func(args)
     except KeyboardInterrupt:
