@@ -37,6 +37,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args([DEFAULT_VERB if DEFAULT_VERB in args.verbs else "demo", *(argv or [])])
     try:
         code = args.func(args)
+    except BrokenPipeError:  # e.g. `dmocker demo | head`
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("dmocker: interrupted", file=sys.stderr)
         return 130
