@@ -18,10 +18,9 @@ from typing import Callable, Final, Hashable
 
 from dmocker.handoff.spec import ProtocolSpec, load_spec
 from dmocker.handoff.table import (
-    NA_TAG,
-    REJECT_TAG,
     STEP_TAG,
     CompiledTable,
+    NotApplicable,
     Reject,
     Step,
     compile_table,
@@ -78,10 +77,25 @@ def _finite_nonnegative(value: float) -> bool:
     return math.isfinite(value) and value >= 0.0
 
 
+class _Plan:
+    """A table Step pre-digested for the hot path: constructors instead of names."""
+
+    __slots__ = ("tag", "next", "emits", "checks", "store_timing", "store_tokens", "transfer")
+
+    def __init__(self, step: Step, clears: frozenset[str]) -> None:
+        self.tag = STEP_TAG
+        self.next = step.next
+        self.emits = tuple((_ACTION_TYPES[name], name == "StartTransfer", name in clears) for name in step.emits)
+        self.checks = step.checks
+        self.store_timing = "transfer_timing" in step.stores
+        self.store_tokens = "transferable_prompt_tokens" in step.stores
+        self.transfer = "StartTransfer" in step.emits
+
+
 class _Compiled:
     """Per-(spec, order) lookups precomputed once and shared by every coordinator."""
 
-    __slots__ = ("table", "start", "fact_events", "outcome_events", "clears_journal", "allowed", "cleanup")
+    __slots__ = ("table", "rows", "start", "fact_events", "outcome_events", "clears_journal", "allowed", "cleanup")
 
     def __init__(self, spec: ProtocolSpec, order: HandoffOrder) -> None:
         self.table: CompiledTable = compile_table(spec, order)
@@ -97,13 +111,25 @@ class _Compiled:
         self.clears_journal = frozenset(a.name for a in spec.actions if a.clears_journal)
         self.allowed = {a.name: a.allowed for a in spec.actions}
         self.cleanup = frozenset(a.name for a in spec.actions if a.cleanup)
+        self.rows: tuple[tuple[object, ...], ...] = tuple(
+            tuple(_Plan(e, self.clears_journal) if isinstance(e, Step) else e for e in row) for row in self.table.rows
+        )
 
 
 _COMPILED: dict[tuple[int, HandoffOrder], _Compiled] = {}
 
 
+_DEFAULT: dict[HandoffOrder, _Compiled] = {}
+
+
 def _compiled(spec: ProtocolSpec | None, order: HandoffOrder) -> _Compiled:
-    spec = spec if spec is not None else load_spec()
+    if spec is None:
+        # The default spec is resolved once per process: constructing a coordinator per request
+        # must not touch the file system.
+        found = _DEFAULT.get(order)
+        if found is None:
+            found = _DEFAULT[order] = _compiled(load_spec(), order)
+        return found
     key = (id(spec), order)
     found = _COMPILED.get(key)
     if found is None:
@@ -188,10 +214,9 @@ class HandoffCoordinator:
         return self._c.table.state_label(self._state)
 
     def start(self) -> list[IssuedAction]:
-        entry = self._c.table.rows[self._state][self._c.start]
-        if entry.tag != STEP_TAG:
+        entry = self._c.rows[self._state][self._c.start]
+        if not isinstance(entry, _Plan):
             return []
-        assert isinstance(entry, Step)
         return self._commit(entry, None, None)
 
     def on_fact(self, fact: Fact) -> list[IssuedAction]:
@@ -203,15 +228,12 @@ class HandoffCoordinator:
         event = self._c.fact_events.get(type(fact))
         if event is None:
             raise TypeError(f"not a handoff fact: {fact!r}")
-        entry = self._c.table.rows[self._state][event]
-        tag = entry.tag
-        if tag == STEP_TAG:
-            assert isinstance(entry, Step)
+        entry = self._c.rows[self._state][event]
+        if isinstance(entry, _Plan):
             timing = fact.transfer_timing if isinstance(fact, SourceHeld) else None
             tokens = fact.transferable_prompt_tokens if isinstance(fact, DestinationReserved) else None
             return self._commit(entry, timing, tokens)
-        if tag == REJECT_TAG:
-            assert isinstance(entry, Reject)
+        if isinstance(entry, Reject):
             raise HandoffError(entry.kind, self._reject_message(entry.kind, type(fact).__name__))
         return []
 
@@ -237,21 +259,17 @@ class HandoffCoordinator:
         event = self._c.outcome_events.get((name, outcome.kind))
         if event is None:
             raise HandoffError(HandoffErrorKind.INVALID_OUTCOME, f"{name} takes no outcome, got {_show(outcome)}")
-        entry = table.rows[self._state][event]
-        tag = entry.tag
-        if tag == STEP_TAG:
-            assert isinstance(entry, Step)
-            issued = self._commit(entry, None, None, answered=(action_id, outcome))
-            return issued
-        if tag == REJECT_TAG:
-            assert isinstance(entry, Reject)
+        entry = self._c.rows[self._state][event]
+        if isinstance(entry, _Plan):
+            return self._commit(entry, None, None, answered=(action_id, outcome))
+        if isinstance(entry, Reject):
             if entry.kind is HandoffErrorKind.CLEANUP_FAILED:
                 raise HandoffError(entry.kind, f"handoff cleanup action {action_id} ({name}) failed: {outcome.message}")
             allowed = ", ".join(self._c.allowed[name]) or "none"
             raise HandoffError(
                 entry.kind, f"invalid outcome {_show(outcome)} for {name} (action {action_id}; allowed: {allowed})"
             )
-        if tag == NA_TAG:  # pragma: no cover - the journal and the table disagree
+        if isinstance(entry, NotApplicable):  # pragma: no cover - the journal and the table disagree
             raise AssertionError(f"journal holds unanswered {name} but the table has it settled")
         return []
 
@@ -289,44 +307,39 @@ class HandoffCoordinator:
 
     def _commit(
         self,
-        step: Step,
+        plan: _Plan,
         timing: TransferTiming | None,
         tokens: int | None,
         answered: tuple[int, Outcome] | None = None,
     ) -> list[IssuedAction]:
         """Run the step's checks on the payloads, then apply it; nothing changes on failure."""
-        timing_now = timing if timing is not None else self._timing
-        tokens_now = tokens if tokens is not None else self._tokens
         delay: float | None = None
-        for guard, error in step.checks:
-            ok, delay = self._guard(guard, timing_now, tokens_now, delay)
-            if not ok:
-                raise HandoffError(error, self._guard_message(guard, timing_now, delay))
-        if "StartTransfer" in step.emits and delay is None:
-            delay = self._scheduled_delay(timing_now, tokens_now)
+        if plan.checks or plan.transfer:
+            timing_now = timing if timing is not None else self._timing
+            tokens_now = tokens if tokens is not None else self._tokens
+            for guard, error in plan.checks:
+                ok, delay = self._guard(guard, timing_now, tokens_now, delay)
+                if not ok:
+                    raise HandoffError(error, self._guard_message(guard, timing_now, delay))
+            if plan.transfer and delay is None:
+                delay = self._scheduled_delay(timing_now, tokens_now)
         # Everything checked: apply.
         if answered is not None:
             self._outcomes[answered[0]] = answered[1]
-        for store in step.stores:
-            if store == "transfer_timing":
-                self._timing = timing
-            elif store == "transferable_prompt_tokens":
-                self._tokens = tokens
-        self._state = step.next
+        if plan.store_timing:
+            self._timing = timing
+        if plan.store_tokens:
+            self._tokens = tokens
+        self._state = plan.next
         issued: list[IssuedAction] = []
         hid = self._handoff_id
-        for name in step.emits:
-            action: Action
-            if name == "StartTransfer":
-                assert delay is not None
-                action = StartTransfer(hid, delay)
-            else:
-                action = _ACTION_TYPES[name](hid)
+        for ctor, is_transfer, clears in plan.emits:
+            action: Action = StartTransfer(hid, delay) if is_transfer else ctor(hid)  # type: ignore[arg-type]
             aid = self._next_id
             self._next_id = aid + 1
             self._issued[aid] = action
             issued.append(IssuedAction(aid, action))
-            if name in self._c.clears_journal:
+            if clears:
                 self._issued.clear()
                 self._outcomes.clear()
         return issued
