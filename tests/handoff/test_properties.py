@@ -77,16 +77,57 @@ def test_both_orders_reach_safe_completion_and_late_outcomes_are_ignored(order: 
     assert c.on_action_outcome(0, SUB) == [] and c.on_action_outcome(999, APP) == []
 
 
-def test_expected_clean_lifecycles_per_order() -> None:
-    from dmocker.handoff import load_spec
+NORMALIZED = {
+    "source_held": "SourceHeld",
+    "destination_accepted": "DestinationAccepted",
+    "destination_reserved": "DestinationReserved",
+    "destination_activated": "DestinationActivated",
+    "source_released": "SourceReleased",
+    "completed": "Completed",
+}
+REFERENCE_LIFECYCLES = {
+    SF: ["SourceHeld", "DestinationAccepted", "DestinationReserved", "DestinationActivated", "SourceReleased", "Completed"],
+    DF: ["DestinationAccepted", "DestinationReserved", "SourceHeld", "DestinationActivated", "SourceReleased", "Completed"],
+}
+
+
+@pytest.mark.parametrize("order", [SF, DF])
+def test_clean_run_produces_the_reference_normalized_lifecycle(order: HandoffOrder) -> None:
+    """Walk a clean run through the table; its observable logs, normalized, are the reference's."""
+    from dmocker.handoff import compile_table, load_spec
+    from dmocker.handoff.table import Step
 
     spec = load_spec()
-    assert spec.lifecycle(SF)[:3] == ("SourceHeld", "DestinationAccepted", "DestinationReserved")
-    assert spec.lifecycle(DF)[:3] == ("DestinationAccepted", "DestinationReserved", "SourceHeld")
-    for order in (SF, DF):
-        c = HandoffCoordinator(H, order)
-        first = one(c.start())
-        assert isinstance(first.action, SubmitPrefill if order is SF else ReserveDestination)
+    table = compile_table(spec, order)
+    c = HandoffCoordinator(H, order)
+    logs: list[str] = []
+
+    def step(event: str, call) -> list[IssuedAction]:  # type: ignore[no-untyped-def]
+        entry = table.entry(c.state, table.event_index(event))
+        assert isinstance(entry, Step)
+        logs.extend(entry.logs)
+        issued = call()
+        assert [type(a.action).__name__ for a in issued] == list(entry.emits)
+        return issued
+
+    first = one(step("start", c.start))
+    if order is SF:
+        step("SubmitPrefill.Submitted", lambda: c.on_action_outcome(first.id, SUB))
+        reserve = one(step("SourceHeld", lambda: c.on_fact(SourceHeld(H, T))))
+        step("ReserveDestination.Accepted", lambda: c.on_action_outcome(reserve.id, ACC))
+        transfer = one(step("DestinationReserved", lambda: c.on_fact(DestinationReserved(H, 9))))
+    else:
+        step("ReserveDestination.Accepted", lambda: c.on_action_outcome(first.id, ACC))
+        submit = one(step("DestinationReserved", lambda: c.on_fact(DestinationReserved(H, 9))))
+        step("SubmitPrefill.Submitted", lambda: c.on_action_outcome(submit.id, SUB))
+        transfer = one(step("SourceHeld", lambda: c.on_fact(SourceHeld(H, T))))
+    step("StartTransfer.Scheduled", lambda: c.on_action_outcome(transfer.id, SCH))
+    activate = one(step("TransferCompleted", lambda: c.on_fact(TransferCompleted(H))))
+    release = one(step("ActivateDestination.Applied", lambda: c.on_action_outcome(activate.id, APP)))
+    step("ReleaseSource.Applied", lambda: c.on_action_outcome(release.id, APP))
+    normalized = [NORMALIZED[k] for k in logs if k in NORMALIZED]
+    assert normalized == REFERENCE_LIFECYCLES[order] == list(spec.lifecycle(order))
+    assert c.completion is Completion.SUCCESS
 
 
 def test_cancel_after_held_with_reserve_unacknowledged_issues_both_cancels() -> None:
