@@ -1,0 +1,153 @@
+"""`dmocker check`: exhaustively check a coordinator, replay a counterexample, or run the mutants.
+
+Exit codes: 0 every property holds; 1 a property fails (or a replayed counterexample still
+fails); 2 bad input (unimportable class, wrong API, unreadable file); 3 inconclusive (the
+search hit --max-states before finding a violation).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from dmocker.handoff import HandoffOrder, ProtocolSpec, SpecError, load_spec
+
+from dmocker.check.core import check
+from dmocker.check.counterexample import load_counterexample, run_steps, write_json_atomic, write_text_atomic
+from dmocker.check.explore import DEFAULT_MAX_STATES, DEFAULT_STEP_BOUND
+from dmocker.check.inputs import InputFormatError
+from dmocker.check.invariants import EVALUATORS, InvariantError, build_monitor
+from dmocker.check.mutants import DEFAULT_CATALOGUE, CatalogueError, kill_table, load_catalogue, run_mutant
+from dmocker.check.report import render_json, render_junit, render_text
+from dmocker.check.target import DEFAULT_TARGET, TargetError, load_target
+
+_ORDERS = {
+    "source-first": (HandoffOrder.SOURCE_FIRST,),
+    "destination-first": (HandoffOrder.DESTINATION_FIRST,),
+    "both": (HandoffOrder.SOURCE_FIRST, HandoffOrder.DESTINATION_FIRST),
+}
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    p = subparsers.add_parser(
+        "check",
+        help="explore every state of a coordinator against an adversarial environment",
+        description=(
+            "Breadth-first exploration of a coordinator composed with an adversarial environment; "
+            "checks the spec's safety invariants on the fly, then no-deadlock, termination under "
+            "fairness and cleanup liveness. Exit 0 pass, 1 fail, 2 bad input, 3 inconclusive."
+        ),
+    )
+    p.add_argument("--coordinator", metavar="package.module:Class", default=None,
+                   help=f"class with the API of dmocker.handoff.HandoffCoordinator (default {DEFAULT_TARGET})")
+    p.add_argument("--order", choices=sorted(_ORDERS), default="both", help="which order(s) to check (default both)")
+    p.add_argument("--max-states", type=_positive, default=DEFAULT_MAX_STATES, metavar="N",
+                   help=f"bound on explored states; hitting it without a violation exits 3 (default {DEFAULT_MAX_STATES:,})")
+    p.add_argument("--step-bound", type=_positive, default=DEFAULT_STEP_BOUND, metavar="N",
+                   help=f"steps allowed to reach Complete in the liveness checks (default {DEFAULT_STEP_BOUND})")
+    p.add_argument("--all", action="store_true",
+                   help="keep exploring after the first safety violation (one shortest counterexample per property)")
+    p.add_argument("--json", metavar="PATH", help="write the full report as JSON")
+    p.add_argument("--junit", metavar="PATH", help="write a JUnit XML report (one testcase per property)")
+    p.add_argument("--cex-dir", metavar="DIR", default="dmocker-counterexamples",
+                   help="where failing properties' counterexamples are saved as JSON (default ./dmocker-counterexamples)")
+    p.add_argument("--replay", metavar="FILE", help="re-run a saved counterexample step by step")
+    p.add_argument("--mutants", nargs="?", const=str(DEFAULT_CATALOGUE), metavar="DIR",
+                   help=f"run the mutant catalogue (default {DEFAULT_CATALOGUE}) and print the kill table")
+    p.add_argument("--evaluator", choices=EVALUATORS, default="checker",
+                   help="who evaluates the spec invariants: the checker's own monitor (default, fastest) or "
+                        "the shared dmocker.handoff.monitor.InvariantMonitor")
+    p.add_argument("--spec", metavar="PATH", help="protocol spec (default: the repository's spec/handoff.json)")
+    p.add_argument("-v", "--verbose", action="store_true", help="print every property's message")
+    p.set_defaults(func=run)
+
+
+def _err(message: str) -> int:
+    print(f"dmocker check: error: {message}", file=sys.stderr)
+    return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        spec = load_spec(args.spec)
+    except SpecError as exc:
+        return _err(str(exc))
+    orders = _ORDERS[args.order]
+    if args.mutants is not None:
+        return _run_mutants(args, spec, orders)
+    if args.replay is not None:
+        return _run_replay(args, spec)
+    try:
+        target = load_target(args.coordinator)
+        report = check(target, orders, spec=spec, max_states=args.max_states,
+                       step_bound=args.step_bound, stop_at_first=not args.all, evaluator=args.evaluator)
+    except (TargetError, InvariantError) as exc:
+        return _err(str(exc))
+    paths: dict[tuple[str, str], str] = {}
+    traces: dict[tuple[str, str], list[str]] = {}
+    for o in report.orders:
+        for p in o.failed:
+            if p.counterexample is not None:
+                path = Path(args.cex_dir) / f"{o.order.value}-{p.name}.json"
+                write_json_atomic(path, p.counterexample.to_json())
+                paths[(o.order.value, p.name)] = str(path)
+                monitor = build_monitor(spec, o.order, args.evaluator)
+                traces[(o.order.value, p.name)] = run_steps(target, p.counterexample, monitor).lines()
+    sys.stdout.write(render_text(report, paths, verbose=args.verbose, traces=traces))
+    if args.json:
+        write_json_atomic(args.json, render_json(report))
+    if args.junit:
+        write_text_atomic(args.junit, render_junit(report))
+    return report.exit_code
+
+
+def _run_replay(args: argparse.Namespace, spec: ProtocolSpec) -> int:
+    try:
+        cex = load_counterexample(args.replay)
+        target = load_target(args.coordinator or cex.coordinator)
+    except (InputFormatError, TargetError) as exc:
+        return _err(str(exc))
+    monitor = build_monitor(spec, cex.order, args.evaluator)
+    result = run_steps(target, cex, monitor)
+    print(f"replay {args.replay}: {target.name}, order {cex.order.value}, {cex.kind.value} counterexample for {cex.property_name}")
+    print(f"  root: {cex.root_label}")
+    for line in result.lines():
+        print(line)
+    print(f"result: {'REPRODUCED' if result.reproduced else 'not reproduced'}: {result.verdict}")
+    return 1 if result.reproduced else 0
+
+
+def _run_mutants(args: argparse.Namespace, spec: ProtocolSpec, orders: tuple[HandoffOrder, ...]) -> int:
+    try:
+        catalogue = load_catalogue(args.mutants)
+        results = [run_mutant(m, orders, spec=spec, step_bound=args.step_bound,
+                              evaluator=args.evaluator) for m in catalogue]
+    except CatalogueError as exc:
+        return _err(str(exc))
+    sys.stdout.write(kill_table(results))
+    return 0 if all(r.killed for r in results) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry (the lead's dmocker.cli.main wires ``add_parser`` into ``dmocker``)."""
+    parser = argparse.ArgumentParser(prog="dmocker")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_parser(sub)
+    args = parser.parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
