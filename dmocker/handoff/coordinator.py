@@ -156,7 +156,8 @@ class HandoffCoordinator:
         "_outcomes",
         "_timing",
         "_tokens",
-        "fallback_transfer_delay_ms",
+        "_fallback",
+        "_snapshot",
     )
 
     def __init__(
@@ -181,7 +182,19 @@ class HandoffCoordinator:
         self._outcomes: dict[int, Outcome] = {}
         self._timing: TransferTiming | None = None
         self._tokens: int | None = None
-        self.fallback_transfer_delay_ms = fallback
+        self._fallback = fallback
+        self._snapshot: Hashable | None = None
+
+    @property
+    def fallback_transfer_delay_ms(self) -> float:
+        """Delay used when the timing has no model. May be reassigned (even to a bad value:
+        the transfer step then fails INVALID_DELAY, which the checker exercises)."""
+        return self._fallback
+
+    @fallback_transfer_delay_ms.setter
+    def fallback_transfer_delay_ms(self, value: float) -> None:
+        self._fallback = value
+        self._snapshot = None
 
     # --- public API --------------------------------------------------------------------------
 
@@ -278,8 +291,10 @@ class HandoffCoordinator:
 
         Action ids appear relative to the next id, so two coordinators that differ only in how
         many actions they issued in the past (with the same journal shape) have equal keys.
-        Floats are keyed by ``repr`` so NaN compares equal to itself.
+        Floats are keyed by ``repr`` so NaN compares equal to itself.  Cached until the next change.
         """
+        if self._snapshot is not None:
+            return self._snapshot
         journal = tuple(
             (
                 self._next_id - aid,
@@ -301,7 +316,10 @@ class HandoffCoordinator:
                 timing.state_bytes,
             )
         )
-        return (self._order.value, self._state, journal, timing_key, self._tokens, _float_key(self.fallback_transfer_delay_ms))
+        self._snapshot = (
+            self._order.value, self._state, journal, timing_key, self._tokens, _float_key(self._fallback)
+        )
+        return self._snapshot
 
     # --- internals ---------------------------------------------------------------------------
 
@@ -324,6 +342,7 @@ class HandoffCoordinator:
             if plan.transfer and delay is None:
                 delay = self._scheduled_delay(timing_now, tokens_now)
         # Everything checked: apply.
+        self._snapshot = None
         if answered is not None:
             self._outcomes[answered[0]] = answered[1]
         if plan.store_timing:
@@ -346,7 +365,7 @@ class HandoffCoordinator:
 
     def _scheduled_delay(self, timing: TransferTiming | None, tokens: int | None) -> float:
         model = None if timing is None or tokens is None else timing.delay_ms(tokens)
-        return float(self.fallback_transfer_delay_ms) if model is None else model
+        return float(self._fallback) if model is None else model
 
     def _guard(
         self, guard: str, timing: TransferTiming | None, tokens: int | None, delay: float | None
