@@ -1,0 +1,25 @@
+"""Deterministic disaggregated replay driven by the handoff coordinator.
+
+``dmocker.replay.run(...)`` replays a Mooncake trace or a seeded synthetic workload on mock
+vLLM / SGLang prefill and decode pools and returns a :class:`Report`.
+"""
+
+from .api import DEFAULT_SYNTHETIC, run
+from .collector import TerminalStatus
+from .events import DeadEndError, ReplayInvariantError
+from .report import Report, SlaThresholds
+from .workload import MooncakeTrace, SyntheticSpec, SyntheticWorkload, WorkloadError
+
+__all__ = [
+    "DEFAULT_SYNTHETIC",
+    "DeadEndError",
+    "MooncakeTrace",
+    "ReplayInvariantError",
+    "Report",
+    "SlaThresholds",
+    "SyntheticSpec",
+    "SyntheticWorkload",
+    "TerminalStatus",
+    "WorkloadError",
+    "run",
+]

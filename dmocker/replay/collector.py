@@ -1,0 +1,375 @@
+"""Per-request metrics in flat numpy arrays, and a streaming log-bucket sketch for ITL.
+
+Why arrays: the reference keeps a hash-map entry (and, while recording, a Vec of token
+times) per request -- about 10 KB each.  Here every request owns one slot (its ``request_id``)
+in a handful of typed arrays, 45 bytes in all, and each decode pass updates its emitted
+requests with one fancy-indexing operation; nothing is allocated per token or per finished
+request.  Inter-token gaps go into :class:`LogSketch` (DDSketch-style buckets, 0.1 % relative
+error, as the reference) together with exact count, sum, min and max.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["TerminalStatus", "LogSketch", "Collector", "DistributionStats", "nearest_rank"]
+
+F64 = npt.NDArray[np.float64]
+
+
+class TerminalStatus(enum.IntEnum):
+    """How a request ended; INCOMPLETE while none is recorded. The first terminal wins."""
+
+    INCOMPLETE = 0
+    COMPLETED = 1
+    REJECTED = 2
+    CANCELED = 3
+    FAILED = 4
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+def nearest_rank(n: int, p: float) -> int:
+    """Index of percentile ``p`` among ``n`` sorted samples: round half up of (n-1)p/100."""
+    return int(math.floor((n - 1) * p / 100.0 + 0.5))
+
+
+_fmin = np.fmin.reduce
+_fmax = np.fmax.reduce
+
+PERCENTILES = (("median", 50.0), ("p75", 75.0), ("p90", 90.0), ("p95", 95.0), ("p99", 99.0))
+
+
+@dataclass(frozen=True, slots=True)
+class DistributionStats:
+    """mean, min, max, median, p75, p90, p95, p99, std (population) of one metric."""
+
+    count: int
+    mean: float
+    min: float
+    max: float
+    median: float
+    p75: float
+    p90: float
+    p95: float
+    p99: float
+    std: float
+
+    @staticmethod
+    def empty() -> DistributionStats:
+        return DistributionStats(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+    @staticmethod
+    def exact(samples: F64) -> DistributionStats:
+        n = int(samples.shape[0])
+        if n == 0:
+            return DistributionStats.empty()
+        s = np.sort(samples, kind="stable")
+        q = [float(s[nearest_rank(n, p)]) for _, p in PERCENTILES]
+        mean = float(np.mean(s))
+        return DistributionStats(
+            n, mean, float(s[0]), float(s[-1]), q[0], q[1], q[2], q[3], q[4], float(np.std(s))
+        )
+
+    def items(self, prefix: str, suffix: str) -> dict[str, float]:
+        return {
+            f"mean_{prefix}{suffix}": self.mean,
+            f"min_{prefix}{suffix}": self.min,
+            f"max_{prefix}{suffix}": self.max,
+            f"median_{prefix}{suffix}": self.median,
+            f"p75_{prefix}{suffix}": self.p75,
+            f"p90_{prefix}{suffix}": self.p90,
+            f"p95_{prefix}{suffix}": self.p95,
+            f"p99_{prefix}{suffix}": self.p99,
+            f"std_{prefix}{suffix}": self.std,
+        }
+
+
+class LogSketch:
+    """A DDSketch-style histogram over positive values with bounded relative error.
+
+    Bucket ``i`` holds values in ``(gamma^(i-1), gamma^i]`` with
+    ``gamma = (1 + a) / (1 - a)``; its representative ``2 gamma^i / (gamma + 1)`` is within
+    relative error ``a`` of every value in it.  Zeros are counted apart.  Buckets are a dense
+    array over a fixed index range (1e-6 to 1e9; values outside are clamped to the ends,
+    whose exact min and max are kept), so adding a batch is one
+    ``bincount``.  Count, sum, sum of squares, min and max are exact.
+    """
+
+    __slots__ = (
+        "_a", "_log_gamma", "_gamma", "_lo", "_counts", "_buf", "_fill", "_weighted",
+        "count", "zeros", "total", "total_sq", "min", "max",
+    )
+
+    _BUFFER = 1 << 16
+
+    def __init__(self, relative_accuracy: float = 0.001) -> None:
+        self._a = relative_accuracy
+        self._gamma = (1 + relative_accuracy) / (1 - relative_accuracy)
+        self._log_gamma = math.log(self._gamma)
+        self._lo = int(math.floor(math.log(1e-6) / self._log_gamma))
+        hi = int(math.ceil(math.log(1e9) / self._log_gamma))
+        self._counts = np.zeros(hi - self._lo + 1, dtype=np.int64)
+        # Values are staged in a fixed buffer and folded in bulk: one bincount per 64k
+        # values keeps the per-pass cost O(batch) instead of O(number of buckets).
+        self._buf = np.empty(self._BUFFER, dtype=np.float64)
+        self._fill = 0
+        self._weighted: dict[int, int] = {}  # bucket -> count from add_weighted, folded lazily
+        self.count = 0
+        self.zeros = 0
+        self.total = 0.0
+        self.total_sq = 0.0
+        self.min = math.inf
+        self.max = -math.inf
+
+    def add_many(self, values: F64) -> None:
+        n = int(values.shape[0])
+        if n == 0:
+            return
+        fill = self._fill
+        if fill + n > self._BUFFER:
+            self._flush()
+            fill = 0
+            if n > self._BUFFER:
+                self._fold(values)
+                return
+        self._buf[fill:fill + n] = values
+        self._fill = fill + n
+
+    def add_weighted(self, value: float, weight: int) -> None:
+        """Add ``weight`` copies of one value (a whole decode batch sharing one gap)."""
+        self.count += weight
+        self.total += value * weight
+        self.total_sq += value * value * weight
+        if value < self.min:
+            self.min = value
+        if value > self.max:
+            self.max = value
+        if value > 0.0:
+            i = math.ceil(math.log(value) / self._log_gamma) - self._lo
+            w = self._weighted
+            w[i] = w.get(i, 0) + weight
+        else:
+            self.zeros += weight
+
+    def _flush(self) -> None:
+        if self._fill:
+            self._fold(self._buf[: self._fill])
+            self._fill = 0
+        if self._weighted:
+            last = self._counts.shape[0] - 1
+            for i in sorted(self._weighted):
+                self._counts[min(max(i, 0), last)] += self._weighted[i]
+            self._weighted.clear()
+
+    def _fold(self, values: F64) -> None:
+        n = int(values.shape[0])
+        self.count += n
+        self.total += float(values.sum())
+        self.total_sq += float(np.dot(values, values))
+        vmin = float(values.min())
+        vmax = float(values.max())
+        if vmin < self.min:
+            self.min = vmin
+        if vmax > self.max:
+            self.max = vmax
+        pos = values[values > 0.0]
+        self.zeros += n - int(pos.shape[0])
+        if pos.shape[0]:
+            idx = np.ceil(np.log(pos) / self._log_gamma).astype(np.int64) - self._lo
+            np.clip(idx, 0, self._counts.shape[0] - 1, out=idx)
+            self._counts += np.bincount(idx, minlength=self._counts.shape[0])
+
+    def quantile_at_rank(self, rank: int) -> float:
+        """Approximate value of the ``rank``-th smallest sample (0-based)."""
+        if rank < self.zeros:
+            return 0.0
+        rank -= self.zeros
+        cum = np.cumsum(self._counts)
+        i = int(np.searchsorted(cum, rank, side="right"))
+        i = min(i, self._counts.shape[0] - 1)
+        value = 2.0 * self._gamma ** (i + self._lo) / (self._gamma + 1.0)
+        return min(max(value, self.min), self.max)
+
+    def stats(self) -> DistributionStats:
+        self._flush()
+        n = self.count
+        if n == 0:
+            return DistributionStats.empty()
+        mean = self.total / n
+        var = max(self.total_sq / n - mean * mean, 0.0)
+        q = [self.quantile_at_rank(nearest_rank(n, p)) for _, p in PERCENTILES]
+        return DistributionStats(n, mean, self.min, self.max, q[0], q[1], q[2], q[3], q[4], math.sqrt(var))
+
+
+class GapSketches:
+    """Inter-token gaps: the ITL sketch and the per-user rate sketch (1000 / gap, gap > 0).
+
+    Gaps are staged once and folded into both sketches in bulk.
+    """
+
+    __slots__ = ("itl", "per_user", "_buf", "_fill")
+
+    _BUFFER = 1 << 16
+
+    def __init__(self) -> None:
+        self.itl = LogSketch()
+        self.per_user = LogSketch()
+        self._buf = np.empty(self._BUFFER, dtype=np.float64)
+        self._fill = 0
+
+    def add_many(self, gaps: F64) -> None:
+        n = int(gaps.shape[0])
+        fill = self._fill
+        if fill + n > self._BUFFER:
+            self.flush()
+            fill = 0
+            if n > self._BUFFER:
+                self._fold(gaps)
+                return
+        self._buf[fill:fill + n] = gaps
+        self._fill = fill + n
+
+    def flush(self) -> None:
+        if self._fill:
+            self._fold(self._buf[: self._fill])
+            self._fill = 0
+
+    def add_same(self, gap: float, weight: int) -> None:
+        """``weight`` identical gaps (the common case: a batch decoded in lockstep)."""
+        if gap < 0.0:
+            gap = 0.0
+        self.itl.add_weighted(gap, weight)
+        if gap > 0.0:
+            self.per_user.add_weighted(1000.0 / gap, weight)
+
+    def _fold(self, gaps: F64) -> None:
+        gaps = gaps[~np.isnan(gaps)]
+        if gaps.shape[0] == 0:
+            return
+        gaps = np.maximum(gaps, 0.0)
+        self.itl.add_many(gaps)
+        pos = gaps[gaps > 0.0]
+        if pos.shape[0]:
+            self.per_user.add_many(1000.0 / pos)
+
+    def itl_stats(self) -> DistributionStats:
+        self.flush()
+        return self.itl.stats()
+
+    def per_user_stats(self) -> DistributionStats:
+        self.flush()
+        return self.per_user.stats()
+
+
+class Collector:
+    """Per-request slots for every request of the workload (indexed by ``request_id``)."""
+
+    __slots__ = (
+        "arrival",
+        "first_token",
+        "second_token",
+        "last_token",
+        "tokens",
+        "status",
+        "input_length",
+        "reused",
+        "first_admitted",
+        "gaps",
+        "young",
+        "max_terminal_ms",
+        "prefill_worker_seconds",
+        "decode_worker_seconds",
+    )
+
+    def __init__(self, num_requests: int) -> None:
+        n = num_requests
+        self.arrival = np.full(n, np.nan, dtype=np.float64)
+        self.first_token = np.full(n, np.nan, dtype=np.float64)
+        self.second_token = np.full(n, np.nan, dtype=np.float64)
+        self.last_token = np.full(n, np.nan, dtype=np.float64)
+        self.tokens = np.zeros(n, dtype=np.int32)
+        self.status = np.zeros(n, dtype=np.int8)
+        self.input_length = np.zeros(n, dtype=np.int32)
+        self.reused = np.zeros(n, dtype=np.int32)
+        self.first_admitted = np.zeros(n, dtype=np.bool_)
+        self.gaps = GapSketches()
+        self.young: dict[int, int] = {}
+        self.max_terminal_ms = 0.0
+        self.prefill_worker_seconds = 0.0
+        self.decode_worker_seconds = 0.0
+
+    def on_arrival(self, request_id: int, arrival_ms: float, input_length: int) -> None:
+        self.arrival[request_id] = arrival_ms
+        self.input_length[request_id] = input_length
+
+    def on_admit(self, request_id: int, reused_tokens: int) -> None:
+        self.first_admitted[request_id] = True
+        if reused_tokens > self.reused.item(request_id):
+            self.reused[request_id] = reused_tokens
+
+    def on_decode_admit(self, request_id: int) -> None:
+        """A request entered a decode batch: watch it until its second token."""
+        self.young[request_id] = self.tokens.item(request_id)
+
+    def on_tokens(self, ids: npt.NDArray[np.int64], t_ms: float) -> None:
+        """One decode pass emitted one token for each of ``ids`` (unique) at ``t_ms``.
+
+        Bulk work is five array operations; first and second token times are handled only for
+        the few "young" requests (admitted, fewer than two tokens) with scalar updates, so the
+        per-pass cost does not grow with the batch beyond the vectorised part.
+        """
+        if ids.shape[0] == 0:
+            return
+        tokens = self.tokens
+        tokens[ids] += 1
+        last = self.last_token
+        prev = last[ids]  # NaN for a request's first token
+        last[ids] = t_ms
+        lo = _fmin(prev)
+        if lo == _fmax(prev):
+            # Every continuing request last emitted at the same time (lockstep decoding):
+            # one weighted sample instead of one per request.
+            cont = int(np.count_nonzero(prev == prev))
+            if cont:
+                self.gaps.add_same(t_ms - float(lo), cont)
+        elif lo == lo:
+            self.gaps.add_many(t_ms - prev)  # NaNs are dropped at fold time
+        young = self.young
+        if young:
+            done: list[int] = []
+            item = tokens.item
+            for rid, seen in young.items():
+                now = item(rid)
+                if now == seen:
+                    continue
+                if now == 1:
+                    self.first_token[rid] = t_ms
+                    young[rid] = 1
+                else:
+                    if seen == 0:  # two tokens since the last look cannot happen in one pass
+                        self.first_token[rid] = t_ms
+                    self.second_token[rid] = t_ms
+                    done.append(rid)
+            for rid in done:
+                del young[rid]
+
+    def on_terminal(self, request_id: int, status: TerminalStatus, t_ms: float) -> bool:
+        """Record a terminal; the first one wins. Returns True if this one was recorded."""
+        if self.status.item(request_id) != 0:  # INCOMPLETE
+            return False
+        self.status[request_id] = int(status)
+        if t_ms > self.max_terminal_ms:
+            self.max_terminal_ms = t_ms
+        return True
+
+    def add_worker_seconds(self, prefill: float, decode: float) -> None:
+        self.prefill_worker_seconds += prefill
+        self.decode_worker_seconds += decode

@@ -1,0 +1,623 @@
+"""Mock SGLang worker: paged radix cache, FIFO extend batches, new-token-ratio budget, retraction.
+
+Reference behaviour (fact sheet §2.3, §2.4, §4.3), checked against Dynamo 1.6.1 replays (the
+golden probe traces of ``tests/replay/engines/test_engine_fidelity.py`` match to the digit).
+One pass:
+
+1. **Promote** activated handoff destinations (``prebuilt_ready``) into the running batch, up to
+   ``max_num_seqs`` (admitted with ``reused_input_tokens = 0``).  If some are still waiting, or a
+   destination reservation is pending, no fresh prefill batch forms this pass.
+2. **Extend batch** (FIFO): the budget is ``available + evictable - page slack of every request -
+   sum over running of min(remaining output, clip) * new_token_ratio``.  A first chunk starts
+   after the radix prefix (capped so the last token is computed).  A request is charged its
+   page-rounded new tokens plus, on its final chunk, its clipped output reserve; the one that
+   does not fit the remaining ``chunked_prefill_size`` budget is cut to fill it (page-aligned)
+   and continues next pass; ``max_prefill_tokens`` also bounds the batch.  An allocation
+   failure is "out of memory" and resets the ratio to its initial value.
+3. **Decode**: an extend pass decodes only the requests whose prompt it completed (their first
+   token; on a decode worker that costs one decode step, on a prefill worker nothing, as in
+   Dynamo 1.6.1); otherwise every running request decodes.  When pages run out, the running
+   request with the fewest output tokens is retracted (KV freed, progress reset, back to the
+   front of the queue).  The ratio then decays linearly (600 steps) to ``0.14 x`` its initial
+   value.  Decode time uses the summed sequence lengths of the decoded requests.
+
+A request's prompt pages enter the radix tree (Stored, visible at pass end or in the command's
+effects) between chunks and when it finishes or its held source is released, not at
+allocation: a request cannot hit the pages of one still being prefilled or held (1.6.1).
+Activation at a destination publishes its unpublished complete pages (Stored).
+
+Pages are the blocks of :class:`~dmocker.replay.engines.block_pool.BlockPool` (page size = block
+size): radix nodes are chained page hashes, locked = referenced, evictable = inactive.  Because
+every access to a page also touches its whole prefix, LRU order there always evicts children
+before parents, which is the radix tree's leaf-first eviction.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from typing import Hashable
+
+import numpy as np
+import numpy.typing as npt
+
+from dmocker.handoff.types import DestinationReserved, SourceHeld
+from dmocker.replay.engines.block_pool import BlockPool, generated_block_ids
+from dmocker.replay.engines.common import ceil_div, kv_events
+from dmocker.replay.engines.interface import (
+    Admission,
+    CommandEffects,
+    CommandResult,
+    EngineArgs,
+    EngineCommandError,
+    EngineRequest,
+    KvEvent,
+    LifecycleEvent,
+    PassCompletion,
+    PassPlan,
+    WorkerType,
+    empty_ids,
+)
+from dmocker.replay.engines.timing import PassTiming
+
+__all__ = ["SglangWorker"]
+
+I64 = npt.NDArray[np.int64]
+# shared immutable results (frozen values): most commands return one of these
+_NOOP = CommandEffects(CommandResult.NOOP)
+_SUBMITTED = CommandEffects(CommandResult.SUBMITTED)
+_APPLIED = CommandEffects(CommandResult.APPLIED)
+
+
+class _St(enum.Enum):
+    WAITING = 1
+    PREBUILT = 2
+    RUNNING = 3
+    REMOTE_PENDING = 4
+    RESERVED = 5
+    HELD = 6
+
+
+class _SReq:
+    __slots__ = ("rid", "handoff", "prompt", "maxout", "hashes", "seq", "materialized",
+                 "npages", "cached", "cached_tokens", "pub", "status", "source", "dest")
+
+    def __init__(self, req: EngineRequest, maxout: int, handoff: Hashable, status: _St) -> None:
+        self.rid = req.request_id
+        self.handoff = handoff
+        self.prompt = req.input_length
+        self.maxout = maxout
+        self.hashes = req.block_hashes
+        self.seq = req.input_length  # prompt + output tokens
+        self.materialized = 0  # tokens whose KV exists
+        self.npages = 0  # pages held (locked radix pages + private pages)
+        self.cached: list[int] = []  # page hashes locked by this request, in order
+        self.cached_tokens = 0  # radix prefix hit of the first chunk
+        self.pub = 0  # leading prompt pages already in the radix tree (or known duplicates)
+        self.status = status
+        self.source = False
+        self.dest = False
+
+
+def _validate_request(req: EngineRequest, page: int) -> None:
+    n = req.input_length
+    if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+        raise EngineCommandError(f"request {req.request_id}: input_length must be a positive integer")
+    if req.max_output_tokens < 0:
+        raise EngineCommandError(f"request {req.request_id}: max_output_tokens must be >= 0")
+    if len(req.block_hashes) != n // page:
+        raise EngineCommandError(
+            f"request {req.request_id}: {len(req.block_hashes)} block hashes for {n} tokens at "
+            f"page size {page} (expected {n // page})"
+        )
+
+
+class SglangWorker:
+    """One mock SGLang worker (see module docstring)."""
+
+    def __init__(self, args: EngineArgs, worker_idx: int = 0, *, record_kv_events: bool = False) -> None:
+        self.args = args
+        self.worker_idx = worker_idx
+        self._page = args.page_tokens
+        self._caching = args.enable_prefix_caching
+        self._record = record_kv_events and args.enable_prefix_caching
+        self._prefill_worker = args.worker_type is WorkerType.PREFILL
+        self.pool = BlockPool(args.num_gpu_blocks, record=self._record)
+        self._total_tokens = args.total_kv_tokens
+        self._timing = PassTiming(args)
+        init = 0.7 * args.schedule_conservativeness
+        self._init_ratio = init
+        self._min_ratio = init * args.min_new_token_ratio_factor
+        self._decay = (init - self._min_ratio) / args.new_token_ratio_decay_steps
+        self.new_token_ratio = init
+        self._busy = False
+        self._completion: PassCompletion | None = None
+        self._gen = 0
+        self._live: dict[int, _SReq] = {}
+        self._waiting: deque[_SReq] = deque()
+        self._prebuilt: deque[_SReq] = deque()
+        self._running: list[_SReq] = []
+        self._sources: dict[Hashable, _SReq] = {}
+        self._pending: deque[tuple[_SReq, int]] = deque()
+        self._pending_ids: set[Hashable] = set()
+        self._reserved: dict[Hashable, _SReq] = {}
+        self._active_dest: dict[Hashable, _SReq] = {}
+        self._lifecycle: list[LifecycleEvent] = []
+        self.retractions = 0
+        self.oom_resets = 0
+
+    # --- protocol surface ----------------------------------------------------------------------
+
+    @property
+    def busy(self) -> bool:
+        return self._busy
+
+    def has_work(self) -> bool:
+        return bool(self._waiting) or bool(self._prebuilt) or bool(self._running)
+
+    def is_drained(self) -> bool:
+        return not self._busy and not self._live
+
+    @property
+    def num_running(self) -> int:
+        return len(self._running)
+
+    # --- commands: source side -----------------------------------------------------------------
+
+    def submit_handoff_prefill(self, handoff_id: Hashable, request: EngineRequest) -> CommandEffects:
+        _validate_request(request, self._page)
+        if request.request_id in self._live:
+            raise EngineCommandError(f"request {request.request_id} is already active")
+        if handoff_id in self._sources:
+            raise EngineCommandError(f"handoff {handoff_id!r} is already registered")
+        r = _SReq(request, min(request.max_output_tokens, 1), handoff_id, _St.WAITING)
+        r.source = True
+        self._live[r.rid] = r
+        self._sources[handoff_id] = r
+        self._waiting.append(r)
+        return _SUBMITTED
+
+    def submit(self, request: EngineRequest) -> CommandEffects:
+        """Plain (non-handoff) request: aggregated use and tests."""
+        _validate_request(request, self._page)
+        if request.request_id in self._live:
+            raise EngineCommandError(f"request {request.request_id} is already active")
+        r = _SReq(request, request.max_output_tokens, None, _St.WAITING)
+        self._live[r.rid] = r
+        self._waiting.append(r)
+        return _SUBMITTED
+
+    def release_source(self, handoff_id: Hashable) -> CommandEffects:
+        r = self._sources.pop(handoff_id, None)
+        if r is None:
+            return _NOOP
+        r.source = False
+        if r.status is _St.HELD:
+            self._publish(r, r.seq)  # the finished request's pages enter the radix tree now
+            self._free_kv(r)
+            del self._live[r.rid]
+            self._gen += 1
+        return self._after_applied()
+
+    def cancel_source(self, handoff_id: Hashable) -> CommandEffects:
+        r = self._sources.pop(handoff_id, None)
+        if r is None:
+            return _NOOP
+        r.source = False
+        if r.status is _St.HELD:
+            self._publish(r, r.seq)  # the finished request's pages enter the radix tree now
+            self._free_kv(r)
+            del self._live[r.rid]
+            self._gen += 1
+        else:
+            self._abort(r)
+        return self._after_applied()
+
+    # --- commands: destination side ------------------------------------------------------------
+
+    def reserve_destination(self, handoff_id: Hashable, request: EngineRequest) -> CommandEffects:
+        _validate_request(request, self._page)
+        if request.request_id in self._live:
+            raise EngineCommandError(f"request {request.request_id} is already active")
+        if handoff_id in self._reserved or handoff_id in self._active_dest or handoff_id in self._pending_ids:
+            raise EngineCommandError(f"destination handoff {handoff_id!r} is already active")
+        if ceil_div(request.input_length, self._page) * self._page > self._total_tokens:
+            raise EngineCommandError("destination prompt exceeds the KV pool capacity")
+        r = _SReq(request, request.max_output_tokens, handoff_id, _St.REMOTE_PENDING)
+        self._live[r.rid] = r
+        self._pending.append((r, -1))
+        self._pending_ids.add(handoff_id)
+        lifecycle: tuple[LifecycleEvent, ...] = ()
+        if not self._busy:
+            lifecycle = tuple(self._retry_destinations())
+        return CommandEffects(CommandResult.ACCEPTED, lifecycle, self._drain_kv())
+
+    def activate_destination(self, handoff_id: Hashable) -> CommandEffects:
+        r = self._reserved.pop(handoff_id, None)
+        if r is None:
+            return _NOOP
+        # publish the unpublished complete prompt pages beyond the locked prefix
+        self._publish(r, r.prompt)
+        r.materialized = r.prompt
+        r.seq = r.prompt
+        r.status = _St.PREBUILT
+        r.dest = True
+        self._active_dest[handoff_id] = r
+        self._prebuilt.append(r)
+        return self._after_applied()
+
+    def cancel_destination(self, handoff_id: Hashable) -> CommandEffects:
+        if handoff_id in self._pending_ids:
+            for i, (p, _g) in enumerate(self._pending):
+                if p.handoff == handoff_id:
+                    del self._pending[i]
+                    break
+            self._pending_ids.discard(handoff_id)
+            del self._live[p.rid]
+            self._gen += 1
+            return self._after_applied()
+        r = self._reserved.pop(handoff_id, None)
+        if r is not None:
+            self._free_kv(r)
+            del self._live[r.rid]
+            self._gen += 1
+            return self._after_applied()
+        r = self._active_dest.pop(handoff_id, None)
+        if r is None:
+            return _NOOP
+        r.dest = False
+        self._abort(r)
+        return self._after_applied()
+
+    # --- passes --------------------------------------------------------------------------------
+
+    def start_pass(self, now_ms: float) -> PassPlan | None:
+        if self._busy:
+            raise RuntimeError(f"worker {self.worker_idx} is already mid-pass")
+        if not self.has_work():
+            return None
+        args = self.args
+        admissions: list[Admission] = []
+        # 1. promote materialized destinations
+        max_run = args.max_num_seqs
+        while self._prebuilt and len(self._running) < max_run:
+            r = self._prebuilt.popleft()
+            r.status = _St.RUNNING
+            self._running.append(r)
+            admissions.append(Admission(r.rid, 0))
+        can_run: list[_SReq] = []
+        total_isl = total_prefix = prompt_tokens = 0
+        if not self._prebuilt and not self._pending and self._waiting:
+            can_run, total_isl, total_prefix, prompt_tokens = self._extend_batch(admissions)
+        prefill_ms = 0.0
+        if can_run and args.worker_type is not WorkerType.DECODE:
+            prefill_ms = self._timing.prefill_ms(len(can_run), total_isl, total_prefix)
+        newly: list[_SReq] = []
+        for r in can_run:
+            if r.materialized < r.seq:
+                self._publish(r, r.materialized)  # cache_unfinished_req: the aligned part
+                self._waiting.appendleft(r)  # partial chunk: continues next pass
+            else:
+                newly.append(r)
+        emitted: list[int] = []
+        finished: list[int] = []
+        if can_run:
+            decode_ms, retracted = self._decode_step(newly, emitted, finished)
+            if self._prefill_worker:
+                # Dynamo 1.6.1 charges a prefill worker's extend pass its prefill time only (a
+                # newer mocker revision adds one decode step); replays match 1.6.1 this way.
+                decode_ms = 0.0
+            self._running.extend(newly)  # completed and retracted ones were removed
+        else:
+            decode_ms, retracted = self._decode_step(self._running, emitted, finished)
+        if retracted:
+            self.new_token_ratio = self._init_ratio
+            self._gen += 1
+        self.new_token_ratio = max(self.new_token_ratio - self._decay, self._min_ratio)
+        if not (admissions or can_run or emitted or finished or retracted):
+            return None
+        end = now_ms + prefill_ms + decode_ms
+        lifecycle: tuple[LifecycleEvent, ...] = ()
+        if self._lifecycle:
+            lifecycle = tuple(self._lifecycle)
+            self._lifecycle.clear()
+        self._completion = PassCompletion(
+            end_ms=end,
+            emitted=np.array(emitted, dtype=np.int64) if emitted else empty_ids(),
+            finished=np.array(finished, dtype=np.int64) if finished else empty_ids(),
+            lifecycle=lifecycle,
+            kv_events=self._drain_kv(),  # SGLang: visible at pass end
+        )
+        self._busy = True
+        return PassPlan(start_ms=now_ms, end_ms=end, admissions=tuple(admissions),
+                        prefill_tokens=prompt_tokens, decode_tokens=len(emitted))
+
+    def finish_pass(self) -> PassCompletion:
+        if not self._busy or self._completion is None:
+            raise RuntimeError(f"worker {self.worker_idx} has no pass in flight")
+        self._busy = False
+        c = self._completion
+        self._completion = None
+        retry = self._retry_destinations() if self._pending else []
+        events = self._drain_kv()
+        if retry or events:
+            c = PassCompletion(end_ms=c.end_ms, emitted=c.emitted, finished=c.finished,
+                               rejected=c.rejected, lifecycle=c.lifecycle + tuple(retry),
+                               kv_events=c.kv_events + events)
+        return c
+
+    # --- internals -----------------------------------------------------------------------------
+
+    def _extend_batch(self, admissions: list[Admission]) -> tuple[list[_SReq], int, int, int]:
+        """FIFO extend batch under the new-token-ratio budget (module docstring, step 2)."""
+        args = self.args
+        page = self._page
+        pool = self.pool
+        clip = args.clip_max_new_tokens
+        ratio = self.new_token_ratio
+        reserved_decode = 0.0
+        overhead = 0
+        for r in self._running:
+            reserved_decode += min(r.maxout - (r.seq - r.prompt), clip) * ratio
+            overhead += r.npages * page - r.materialized
+        for r in self._waiting:
+            overhead += r.npages * page - r.materialized
+        avail = pool.available * page
+        rem_total = float(max(avail - overhead, 0)) - reserved_decode
+        rem_input = float(args.max_prefill_tokens)
+        rem_chunk = float(args.chunked_prefill_size)
+        slots = args.max_num_seqs - len(self._running)
+        can_run: list[_SReq] = []
+        total_isl = total_prefix = prompt_tokens = 0
+        waiting = self._waiting
+        while len(can_run) < slots and waiting:
+            r = waiting[0]
+            first = r.materialized == 0
+            # A first chunk starts after the radix prefix (SGLang sizes extend_input after
+            # matching).  At least the last token is computed (it yields the logits), so the
+            # match stops at the page holding token seq - 1, as SGLang's max_prefix_len does.
+            n_prefix = prefix_inactive = 0
+            if first and self._caching and r.hashes:
+                limit = min(len(r.hashes), (r.seq - 1) // page)
+                n_prefix, _a, prefix_inactive = pool.match_prefix(r.hashes, limit)
+            base = r.materialized + n_prefix * page
+            extend = r.seq - base
+            if extend <= 0:
+                break
+            if ceil_div(extend, page) * page <= rem_chunk:
+                chunk = extend
+            else:
+                # the request that does not fit is chunked to fill the remaining chunk budget
+                chunk = (int(rem_chunk) // page) * page
+                if chunk <= 0:
+                    break
+            charged = ceil_div(chunk, page) * page
+            final = chunk >= extend
+            reserve = min(r.maxout - (r.seq - r.prompt), clip) if final else 0
+            if charged + reserve >= rem_total:
+                break
+            if charged > rem_input:
+                break
+            chunk = base + chunk - r.materialized  # tokens from the current materialized point
+            chunk_end = r.materialized + chunk
+            pages_after = ceil_div(chunk_end, page)
+            old_alloc_tokens = r.npages * page
+            if first:
+                prefix = r.hashes[:n_prefix]
+                fresh = pages_after - n_prefix
+                if fresh > pool.available - prefix_inactive:
+                    self.new_token_ratio = self._init_ratio  # out of memory
+                    self.oom_resets += 1
+                    break
+                pool.acquire(prefix)
+                pool.take(fresh)
+                r.cached = list(prefix)
+                r.pub = n_prefix
+                r.npages = pages_after
+                r.cached_tokens = n_prefix * page
+                prefix_len = r.cached_tokens
+            else:
+                fresh = pages_after - r.npages
+                if not pool.take(fresh):
+                    self.new_token_ratio = self._init_ratio
+                    self.oom_resets += 1
+                    break
+                r.npages = pages_after
+                prefix_len = r.materialized
+            waiting.popleft()
+            admissions.append(Admission(r.rid, r.cached_tokens))
+            total_isl += chunk_end
+            total_prefix += prefix_len
+            prompt_tokens += max(min(chunk_end, r.prompt) - max(prefix_len, 0), 0)
+            rem_total -= (pages_after * page - old_alloc_tokens) + reserve
+            rem_input -= charged
+            rem_chunk -= charged
+            r.materialized = chunk_end
+            r.status = _St.RUNNING
+            can_run.append(r)
+            if rem_chunk <= 0:
+                break
+        return can_run, total_isl, total_prefix, prompt_tokens
+
+    def _decode_step(self, batch: list[_SReq], emitted: list[int], finished: list[int]) -> tuple[float, bool]:
+        """One decode step over ``batch`` (in place); returns (decode ms, retracted any)."""
+        if not batch:
+            return 0.0, False
+        page = self._page
+        pool = self.pool
+        done_now = [r for r in batch if r.seq - r.prompt >= r.maxout]
+        if done_now:
+            for r in done_now:
+                batch.remove(r)
+                finished.append(r.rid)
+                self._complete(r)
+        if not batch:
+            return 0.0, False
+        retracted = False
+
+        def growth() -> int:
+            return sum(1 for r in batch if r.seq + 1 > r.npages * page)
+
+        need = growth()
+        while pool.available < need and len(batch) > 1:
+            victim = min(batch, key=lambda q: q.seq - q.prompt)
+            batch.remove(victim)
+            self._retract(victim)
+            retracted = True
+            need = growth()
+        if pool.available < need:
+            return 0.0, retracted  # cannot decode at all (single request too large)
+        total_context = 0
+        for r in batch:
+            total_context += r.seq
+        active = min(total_context, self._total_tokens)
+        decode_ms = self._timing.decode_ms(len(batch), active)
+        pool.take(need)
+        completed: list[_SReq] = []
+        for r in batch:
+            if r.seq + 1 > r.npages * page:
+                r.npages += 1
+            r.seq += 1
+            r.materialized += 1
+            emitted.append(r.rid)
+            if r.seq - r.prompt >= r.maxout:
+                completed.append(r)
+            elif r.pub < len(r.hashes):
+                self._publish(r, r.materialized)  # cache_materialized_prefix after a token
+        if completed:
+            for r in completed:
+                batch.remove(r)
+                finished.append(r.rid)
+                self._complete(r)
+        return decode_ms, retracted
+
+    def _retract(self, r: _SReq) -> None:
+        self._free_kv(r, cache_generated=False)
+        r.materialized = 0
+        r.cached_tokens = 0
+        r.status = _St.WAITING
+        self._waiting.appendleft(r)
+        self.retractions += 1
+
+    def _complete(self, r: _SReq) -> None:
+        r.status = _St.HELD
+        if r.source:
+            self._lifecycle.append(SourceHeld(r.handoff, self.args.transfer_timing(r.prompt)))
+            return
+        self._publish(r, r.seq)
+        self._free_kv(r)
+        del self._live[r.rid]
+        if r.dest:
+            self._active_dest.pop(r.handoff, None)
+            r.dest = False
+        self._gen += 1
+
+    def _publish(self, r: _SReq, tokens: int) -> None:
+        """Insert the complete prompt pages below ``tokens`` into the radix tree (Stored).
+
+        SGLang (1.6.1) publishes a request's pages when it finishes or between prefill chunks,
+        not at allocation: a request cannot hit pages of one still being prefilled or held.
+        Generated-token pages are inserted at release (:meth:`_free_kv`).
+        """
+        hi = min(tokens // self._page, len(r.hashes))
+        if hi > r.pub:
+            if self._caching:
+                r.cached.extend(self.pool.promote(r.hashes[r.pub:hi]))
+            r.pub = hi
+
+    def _free_kv(self, r: _SReq, *, cache_generated: bool = True) -> None:
+        if cache_generated and self._caching:
+            # a finished request's full pages of generated tokens enter the radix tree too
+            # (under unreachable ids): they were locked until now, so inserting them here is
+            # equivalent to inserting them as they filled
+            first = len(r.hashes)
+            stop = r.materialized // self._page
+            if stop > first:
+                r.cached.extend(self.pool.promote(generated_block_ids(r.rid, first, stop)))
+        if r.cached:
+            self.pool.release(r.cached)
+        self.pool.give_back(r.npages - len(r.cached))
+        r.cached = []
+        r.npages = 0
+        r.pub = 0
+
+    def _abort(self, r: _SReq) -> None:
+        for q in (self._waiting, self._prebuilt):
+            try:
+                q.remove(r)
+            except ValueError:
+                pass
+        if r in self._running:
+            self._running.remove(r)
+        if r.npages:
+            self._free_kv(r, cache_generated=False)
+            self._gen += 1
+        if r.source:
+            self._sources.pop(r.handoff, None)
+            r.source = False
+        if r.dest:
+            self._active_dest.pop(r.handoff, None)
+            r.dest = False
+        self._live.pop(r.rid, None)
+
+    def _after_applied(self) -> CommandEffects:
+        lifecycle: tuple[LifecycleEvent, ...] = ()
+        if not self._busy and self._pending:
+            lifecycle = tuple(self._retry_destinations())
+        events = self._drain_kv()
+        if not lifecycle and not events:
+            return _APPLIED
+        return CommandEffects(CommandResult.APPLIED, lifecycle, events)
+
+    def _retry_destinations(self) -> list[LifecycleEvent]:
+        """Head of the pending FIFO, once per capacity generation (§2.4; no max_num_seqs gate)."""
+        if not self._pending:
+            return []
+        gen = self._gen
+        head, last = self._pending[0]
+        if last == gen:
+            return []
+        self._pending[0] = (head, gen)
+        page = self._page
+        pool = self.pool
+        n_pages = ceil_div(head.prompt, page)
+        n_prefix = prefix_inactive = 0
+        if self._caching and head.hashes:
+            n_prefix, _a, prefix_inactive = pool.match_prefix(head.hashes, len(head.hashes))
+        prefix = head.hashes[:n_prefix]
+        fresh = n_pages - n_prefix
+        if fresh > pool.available - prefix_inactive:
+            return []
+        pool.acquire(prefix)
+        pool.take(fresh)
+        head.cached = list(prefix)
+        head.npages = n_pages
+        head.status = _St.RESERVED
+        self._pending.popleft()
+        self._pending_ids.discard(head.handoff)
+        self._reserved[head.handoff] = head
+        return [DestinationReserved(head.handoff, fresh * page)]
+
+    def _drain_kv(self) -> tuple[KvEvent, ...]:
+        if not self._record:
+            return ()
+        ev = self.pool.drain_events()
+        return kv_events(ev) if ev else ()
+
+    # --- introspection for tests ---------------------------------------------------------------
+
+    def check_invariants(self) -> None:
+        self.pool.check()
+        private = 0
+        ref_count: dict[int, int] = {}
+        for r in self._live.values():
+            assert r.npages >= len(r.cached), (r.rid, r.npages, r.cached)
+            assert r.npages * self._page >= r.materialized, (r.rid, r.npages, r.materialized)
+            private += r.npages - len(r.cached)
+            for h in r.cached:
+                ref_count[h] = ref_count.get(h, 0) + 1
+        assert private == self.pool.private_blocks, (private, self.pool.private_blocks)
+        for h, c in self.pool.refs.items():
+            assert ref_count.get(h, 0) == c, (h, c)
+        assert len(self._running) <= self.args.max_num_seqs
+        assert self._min_ratio <= self.new_token_ratio <= self._init_ratio

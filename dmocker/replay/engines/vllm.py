@@ -1,0 +1,934 @@
+"""Mock vLLM worker: paged prefix cache, chunked prefill, LIFO preemption, handoff holds (§2.2, §4.2).
+
+One pass (``start_pass``), as the reference's vLLM mock schedules it:
+
+1. **Running requests first**, in order, under the ``max_num_batched_tokens`` budget: each asks
+   for the tokens it still has to compute (a prompt chunk, or the one sampled token of a decode
+   step).  A block allocation that fails preempts the *last* running request (LIFO): its KV is
+   freed, its progress reset to 0 and it goes to the front of the waiting queue.
+2. **Waiting requests**, FIFO, while fewer than ``max_num_seqs`` run and nothing was preempted:
+   rejected if the prompt is ``>= max_model_len`` or its known sequence needs more blocks than
+   the pool has; admitted only if the whole known sequence fits the non-active blocks (minus
+   shared active prefix blocks); then scheduled like a running request.  While a destination
+   reservation is pending, only *materialized* requests (activated handoffs, prompt already
+   present) are admitted — they cost no prefill and report ``reused_input_tokens = 0``.
+3. **Emission**: every running request whose sequence is fully computed samples one token; a
+   request that reaches its output limit completes.  The sampled token is "dangling": its KV
+   slot is allocated only when the next pass computes it, so a finished request never holds a
+   block for its last token.  On a prefill worker the first token comes out of the prefill pass
+   (no decode time) and a completing handoff request becomes a *held source*: its KV stays
+   referenced and ``SourceHeld`` is emitted.
+
+Full prompt blocks are cached under their chained hash as soon as a scheduling step computes
+them (Stored, visible at pass start), so a later request in the same pass can hit them.
+
+Decode time takes as active KV the summed sequence lengths of the requests decoded in the pass
+(``DecodeKvAccounting.LOGICAL``, Dynamo 1.6.1: golden probe traces match it to the digit) or,
+optionally, the distinct resident blocks (``RESIDENT``, newer mocker sources).
+
+Hot path ("lockstep decode")
+----------------------------
+When every running request is decoding (its only uncomputed token is the dangling one), a
+pass advances all of them by exactly one token.  The worker then keeps them *implicitly*:
+request ``r`` has generated ``K + r.off`` tokens after pass ``K``, needs a new block in pass
+``k`` iff ``k % block_size == r.bkt``, and finishes in pass ``r.kf``.  A pass is then O(1) plus
+the requests that arrive or finish: block demand is a bucket count, completions a dict lookup,
+and the emitted ids a cached numpy array.  Anything else (prefill chunks, preemption, a full
+pool, a token budget smaller than the batch) materialises the explicit per-request state and
+runs the exact scheduler; the worker returns to lockstep as soon as the batch allows it.  Both
+paths implement the same rules, and a test replays random workloads through both.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from typing import Hashable
+
+import numpy as np
+import numpy.typing as npt
+
+from dmocker.handoff.types import DestinationReserved, SourceHeld
+from dmocker.replay.engines.block_pool import BlockPool, generated_block_ids
+from dmocker.replay.engines.common import ceil_div, kv_events
+from dmocker.replay.engines.interface import (
+    Admission,
+    DecodeKvAccounting,
+    CommandEffects,
+    CommandResult,
+    EngineArgs,
+    EngineCommandError,
+    EngineRequest,
+    KvEvent,
+    LifecycleEvent,
+    PassCompletion,
+    PassPlan,
+    WorkerType,
+    empty_ids,
+)
+from dmocker.replay.engines.timing import PassTiming
+
+__all__ = ["VllmWorker"]
+
+I64 = npt.NDArray[np.int64]
+# shared immutable results (frozen values): most commands return one of these
+_NOOP = CommandEffects(CommandResult.NOOP)
+_SUBMITTED = CommandEffects(CommandResult.SUBMITTED)
+_APPLIED = CommandEffects(CommandResult.APPLIED)
+
+
+
+class _St(enum.Enum):
+    WAITING = 1
+    RUNNING = 2
+    PREEMPTED = 3
+    REMOTE_PENDING = 4  # destination accepted, not reserved yet
+    RESERVED = 5  # destination reserved, not activated
+    HELD = 6  # source prefill finished, KV held
+
+
+class _Req:
+    """Per in-flight request state.
+
+    Explicit fields (``computed``, ``seq``, ``nblocks``) are authoritative except for running
+    requests while the worker is in lockstep mode; then ``off``/``bkt``/``kf`` are.
+    """
+
+    __slots__ = ("rid", "handoff", "prompt", "maxout", "limit", "hashes", "computed", "seq",
+                 "nblocks", "cached", "status", "source", "dest", "off", "bkt", "kf")
+
+    def __init__(self, req: EngineRequest, maxout: int, handoff: Hashable, status: _St,
+                 max_model_len: int | None) -> None:
+        self.rid = req.request_id
+        self.handoff = handoff
+        self.prompt = req.input_length
+        self.maxout = maxout
+        # generated-token count at which generation stops (output limit or model length)
+        self.limit = maxout if max_model_len is None else min(maxout, max_model_len - req.input_length)
+        self.hashes = req.block_hashes
+        self.computed = 0
+        self.seq = req.input_length  # prompt + generated tokens
+        self.nblocks = 0  # blocks held (cached refs + private)
+        self.cached: list[int] = []  # hashes held by reference, in block order
+        self.status = status
+        self.source = False  # registered handoff source (prefill side)
+        self.dest = False  # activated handoff destination (decode side)
+        self.off = 0
+        self.bkt = 0
+        self.kf = 0
+
+
+class _Outcome(enum.Enum):
+    SCHEDULED = 1
+    BLOCKED = 2
+    CURRENT_PREEMPTED = 3
+
+
+def _validate_request(req: EngineRequest, block_size: int) -> None:
+    n = req.input_length
+    if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+        raise EngineCommandError(f"request {req.request_id}: input_length must be a positive integer")
+    if req.max_output_tokens < 0:
+        raise EngineCommandError(f"request {req.request_id}: max_output_tokens must be >= 0")
+    if len(req.block_hashes) != n // block_size:
+        raise EngineCommandError(
+            f"request {req.request_id}: {len(req.block_hashes)} block hashes for {n} tokens at "
+            f"block size {block_size} (expected {n // block_size})"
+        )
+
+
+class VllmWorker:
+    """One mock vLLM worker (see module docstring)."""
+
+    def __init__(self, args: EngineArgs, worker_idx: int = 0, *, record_kv_events: bool = False,
+                 lockstep: bool = True) -> None:
+        self.args = args
+        self.worker_idx = worker_idx
+        self._bs = args.page_tokens
+        self._is_prefill = args.worker_type is WorkerType.PREFILL
+        self._caching = args.enable_prefix_caching
+        self._mml = args.max_model_len
+        self._record = record_kv_events and args.enable_prefix_caching
+        self._allow_lockstep = lockstep
+        self._logical_kv = args.decode_kv_accounting is DecodeKvAccounting.LOGICAL
+        self.pool = BlockPool(args.num_gpu_blocks, record=self._record)
+        self._timing = PassTiming(args)
+        self._busy = False
+        self._completion: PassCompletion | None = None
+        self._gen = 0  # capacity generation (destination retry gating)
+        self._live: dict[int, _Req] = {}  # every request id this worker knows
+        self._waiting: deque[_Req] = deque()
+        self._run: dict[int, _Req] = {}  # running, in running order
+        # lockstep state
+        self._lock = False
+        self._K = 0  # passes started so far
+        self._bcount = [0] * self._bs
+        self._sum_po = 0  # sum of prompt + off over lockstep running requests
+        self._finish_at: dict[int, list[_Req]] = {}
+        self._rid_arr: I64 | None = None
+        # handoff registries (insertion-ordered: deterministic)
+        self._sources: dict[Hashable, _Req] = {}  # pending or held sources by handoff id
+        self._pending: deque[tuple[_Req, int]] = deque()  # (request, last attempted generation)
+        self._pending_ids: set[Hashable] = set()
+        self._reserved: dict[Hashable, _Req] = {}
+        self._active_dest: dict[Hashable, _Req] = {}
+        self._lifecycle: list[LifecycleEvent] = []
+        # counters (telemetry, tests)
+        self.preemptions = 0
+        self.lockstep_passes = 0
+        self.exact_passes = 0
+
+    # --- protocol surface ----------------------------------------------------------------------
+
+    @property
+    def busy(self) -> bool:
+        return self._busy
+
+    def has_work(self) -> bool:
+        return bool(self._waiting) or bool(self._run)
+
+    def is_drained(self) -> bool:
+        return not self._busy and not self._live
+
+    @property
+    def num_running(self) -> int:
+        return len(self._run)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._waiting)
+
+    # --- commands: source side -----------------------------------------------------------------
+
+    def submit_handoff_prefill(self, handoff_id: Hashable, request: EngineRequest) -> CommandEffects:
+        _validate_request(request, self._bs)
+        if request.request_id in self._live:
+            raise EngineCommandError(f"request {request.request_id} is already active")
+        if handoff_id in self._sources:
+            raise EngineCommandError(f"handoff {handoff_id!r} is already registered")
+        r = _Req(request, min(request.max_output_tokens, 1), handoff_id, _St.WAITING, self._mml)
+        r.source = True
+        self._live[r.rid] = r
+        self._sources[handoff_id] = r
+        self._waiting.append(r)
+        return _SUBMITTED
+
+    def submit(self, request: EngineRequest) -> CommandEffects:
+        """Plain (non-handoff) request: aggregated use and tests."""
+        _validate_request(request, self._bs)
+        if request.request_id in self._live:
+            raise EngineCommandError(f"request {request.request_id} is already active")
+        r = _Req(request, request.max_output_tokens, None, _St.WAITING, self._mml)
+        self._live[r.rid] = r
+        self._waiting.append(r)
+        return _SUBMITTED
+
+    def release_source(self, handoff_id: Hashable) -> CommandEffects:
+        r = self._sources.pop(handoff_id, None)
+        if r is None:
+            return _NOOP
+        r.source = False
+        if r.status is _St.HELD:
+            self._free_kv(r)
+            del self._live[r.rid]
+            self._gen += 1
+        # pending: the prefill releases itself when it finishes
+        return self._after_applied()
+
+    def cancel_source(self, handoff_id: Hashable) -> CommandEffects:
+        r = self._sources.pop(handoff_id, None)
+        if r is None:
+            return _NOOP
+        r.source = False
+        if r.status is _St.HELD:
+            self._free_kv(r)
+            del self._live[r.rid]
+            self._gen += 1
+        else:
+            self._drop(r)
+        return self._after_applied()
+
+    # --- commands: destination side ------------------------------------------------------------
+
+    def reserve_destination(self, handoff_id: Hashable, request: EngineRequest) -> CommandEffects:
+        _validate_request(request, self._bs)
+        if request.request_id in self._live:
+            raise EngineCommandError(f"request {request.request_id} is already active")
+        if handoff_id in self._reserved or handoff_id in self._active_dest or handoff_id in self._pending_ids:
+            raise EngineCommandError(f"destination handoff {handoff_id!r} is already active")
+        if ceil_div(request.input_length, self._bs) > self.args.num_gpu_blocks:
+            raise EngineCommandError("destination prompt exceeds the KV pool capacity")
+        r = _Req(request, request.max_output_tokens, handoff_id, _St.REMOTE_PENDING, self._mml)
+        self._live[r.rid] = r
+        self._pending.append((r, -1))
+        self._pending_ids.add(handoff_id)
+        lifecycle: tuple[LifecycleEvent, ...] = ()
+        if not self._busy:
+            lifecycle = tuple(self._retry_destinations())
+        return CommandEffects(CommandResult.ACCEPTED, lifecycle, self._drain_kv())
+
+    def activate_destination(self, handoff_id: Hashable) -> CommandEffects:
+        r = self._reserved.pop(handoff_id, None)
+        if r is None:
+            return _NOOP
+        # Commit: fresh full prompt blocks enter the cache (Stored); the partial tail and any
+        # block whose hash got cached meanwhile stay private.
+        if self._caching and len(r.hashes) > len(r.cached):
+            r.cached.extend(self.pool.promote(r.hashes[len(r.cached):]))
+        r.computed = r.prompt
+        r.seq = r.prompt
+        r.status = _St.WAITING
+        r.dest = True
+        self._active_dest[handoff_id] = r
+        self._waiting.append(r)
+        return self._after_applied()
+
+    def cancel_destination(self, handoff_id: Hashable) -> CommandEffects:
+        if handoff_id in self._pending_ids:
+            for i, (p, _g) in enumerate(self._pending):
+                if p.handoff == handoff_id:
+                    del self._pending[i]
+                    break
+            self._pending_ids.discard(handoff_id)
+            del self._live[p.rid]
+            self._gen += 1
+            return self._after_applied()
+        r = self._reserved.pop(handoff_id, None)
+        if r is not None:
+            self._free_kv(r)
+            del self._live[r.rid]
+            self._gen += 1
+            return self._after_applied()
+        r = self._active_dest.pop(handoff_id, None)
+        if r is None:
+            return _NOOP
+        r.dest = False
+        self._drop(r)
+        return self._after_applied()
+
+    # --- passes --------------------------------------------------------------------------------
+
+    def start_pass(self, now_ms: float) -> PassPlan | None:
+        if self._busy:
+            raise RuntimeError(f"worker {self.worker_idx} is already mid-pass")
+        if not self._run and not self._waiting:
+            return None
+        k = self._K + 1
+        if self._lock:
+            n = len(self._run)
+            nblocks = self._bcount[k % self._bs]
+            if n <= self.args.max_num_batched_tokens and self.pool.take(nblocks):
+                return self._lockstep_pass(now_ms, k, n)
+            self._materialize_at_rest()
+        return self._exact_pass(now_ms, k)
+
+    def finish_pass(self) -> PassCompletion:
+        if not self._busy or self._completion is None:
+            raise RuntimeError(f"worker {self.worker_idx} has no pass in flight")
+        self._busy = False
+        c = self._completion
+        self._completion = None
+        retry = self._retry_destinations() if self._pending else []
+        events = self._drain_kv()
+        if retry or events:
+            c = PassCompletion(
+                end_ms=c.end_ms,
+                emitted=c.emitted,
+                finished=c.finished,
+                rejected=c.rejected,
+                lifecycle=c.lifecycle + tuple(retry),
+                kv_events=events,
+            )
+        return c
+
+    # --- lockstep pass -------------------------------------------------------------------------
+
+    def _lockstep_pass(self, now_ms: float, k: int, n_before: int) -> PassPlan | None:
+        """Every running request computes its dangling token and samples the next one."""
+        self._K = k
+        budget = self.args.max_num_batched_tokens - n_before
+        admissions: list[Admission] = []
+        rejected: list[int] = []
+        new: list[_Req] = []
+        exact_tail = False
+        run = self._run
+        max_seqs = self.args.max_num_seqs
+        bs = self._bs
+        while self._waiting and len(run) + len(new) < max_seqs:
+            r = self._next_waiting(bool(self._pending))
+            if r is None:
+                break
+            if self._mml is not None and r.prompt >= self._mml:
+                self._drop(r)
+                rejected.append(r.rid)
+                continue
+            if r.computed >= r.prompt and r.nblocks * bs >= r.prompt:
+                self._waiting.remove(r)
+                r.status = _St.RUNNING
+                admissions.append(Admission(r.rid, 0))
+                new.append(r)
+                if budget == 0:
+                    break
+                continue
+            if self._pending:
+                break
+            exact_tail = True  # a fresh admission needs the exact scheduler
+            break
+        if exact_tail:
+            # Finish this pass exactly: running requests have computed their dangling token.
+            self._materialize_mid_pass(k)
+            for r in new:
+                run[r.rid] = r
+            return self._exact_pass(now_ms, k, resume=(budget, admissions, rejected))
+        self.lockstep_passes += 1
+        # decode time sees the active KV before completions free anything (as the reference)
+        if self._logical_kv:
+            # sequence lengths before this pass's sample: prompt + (k - 1 + off) generated
+            active_tokens = self._sum_po + len(run) * (k - 1) + sum(r.prompt for r in new if r.limit > 0)
+        else:
+            active_tokens = self.pool.num_active_blocks * bs
+        finishing = self._finish_at.pop(k, None)
+        changed_members = bool(new) or bool(finishing)
+        finished_ids: list[int] = []
+        no_token: list[_Req] = []
+        if new:
+            for r in new:
+                run[r.rid] = r
+                r.off = 1 - k
+                r.bkt = (2 - r.prompt - r.off) % bs
+                if r.limit <= 0:
+                    no_token.append(r)
+                    continue
+                self._bcount[r.bkt] += 1
+                self._sum_po += r.prompt + r.off
+                r.kf = r.limit - r.off
+                if r.kf == k:
+                    finishing = (finishing or []) + [r]
+                else:
+                    self._finish_at.setdefault(r.kf, []).append(r)
+        if no_token:
+            for r in no_token:
+                del run[r.rid]
+                finished_ids.append(r.rid)
+                self._complete(r)
+        if new or no_token:
+            self._rid_arr = None
+        emitted = self._running_ids()
+        n_ready = len(emitted)
+        if finishing:
+            for r in finishing:
+                del run[r.rid]
+                self._bcount[r.bkt] -= 1
+                self._sum_po -= r.prompt + r.off
+                g = r.limit
+                r.seq = r.prompt + g
+                r.computed = r.seq - 1
+                r.nblocks = ceil_div(r.computed, bs)
+                finished_ids.append(r.rid)
+                self._complete(r)
+        if changed_members:
+            self._rid_arr = None
+        if not run:
+            self._lock = False
+        decode_ms = self._timing.decode_ms(n_ready, active_tokens) if not self._is_prefill else 0.0
+        if not n_ready and not finished_ids and not admissions and not rejected and not n_before:
+            return None
+        return self._begin(now_ms, now_ms + decode_ms, admissions, rejected, emitted,
+                           np.array(finished_ids, dtype=np.int64) if finished_ids else empty_ids(),
+                           0, n_ready)
+
+    def _running_ids(self) -> I64:
+        arr = self._rid_arr
+        if arr is None:
+            arr = np.fromiter(self._run.keys(), dtype=np.int64, count=len(self._run))
+            self._rid_arr = arr
+        return arr
+
+    def _materialize_at_rest(self) -> None:
+        """Lockstep -> explicit state between passes (after pass ``K``)."""
+        K = self._K
+        bs = self._bs
+        for r in self._run.values():
+            g = K + r.off
+            r.seq = r.prompt + g
+            r.computed = r.seq - 1
+            r.nblocks = ceil_div(r.computed, bs)
+        self._leave_lockstep()
+
+    def _materialize_mid_pass(self, k: int) -> None:
+        """Lockstep -> explicit state after pass ``k``'s running phase (dangling token computed)."""
+        bs = self._bs
+        for r in self._run.values():
+            g = k - 1 + r.off
+            r.seq = r.prompt + g
+            r.computed = r.seq
+            r.nblocks = ceil_div(r.computed, bs)
+        self._leave_lockstep()
+
+    def _leave_lockstep(self) -> None:
+        self._lock = False
+        self._sum_po = 0
+        self._bcount = [0] * self._bs
+        self._finish_at.clear()
+        self._rid_arr = None
+
+    def _try_enter_lockstep(self) -> None:
+        """After an exact pass ``K``: switch to lockstep if every running request is decoding."""
+        if not self._allow_lockstep or not self._run:
+            return
+        bs = self._bs
+        for r in self._run.values():
+            if r.computed != r.seq - 1 or r.computed < r.prompt or r.nblocks != ceil_div(r.computed, bs):
+                return
+        K = self._K
+        bcount = [0] * bs
+        finish_at: dict[int, list[_Req]] = {}
+        sum_po = 0
+        for r in self._run.values():
+            r.off = (r.seq - r.prompt) - K
+            r.bkt = (2 - r.prompt - r.off) % bs
+            bcount[r.bkt] += 1
+            sum_po += r.prompt + r.off
+            r.kf = r.limit - r.off
+            finish_at.setdefault(r.kf, []).append(r)
+        self._bcount = bcount
+        self._sum_po = sum_po
+        self._finish_at = finish_at
+        self._rid_arr = None
+        self._lock = True
+
+    # --- exact pass ----------------------------------------------------------------------------
+
+    def _exact_pass(  # noqa: C901 - one scheduler, kept in one place on purpose
+        self,
+        now_ms: float,
+        k: int,
+        resume: tuple[int, list[Admission], list[int]] | None = None,
+    ) -> PassPlan | None:
+        """The reference scheduler, request by request (explicit state)."""
+        self._K = k
+        self.exact_passes += 1
+        args = self.args
+        bs = self._bs
+        decode_worker = args.worker_type is WorkerType.DECODE
+        run = list(self._run.values())
+        scheduled: dict[int, tuple[int, int, int]] = {}
+        stats = [0, 0, 0, 0]  # batch_count, total_isl, total_prefix, prompt tokens
+        preempted_any = False
+        changed = False
+
+        budget_box = [0]
+
+        def account(used: int, ptoks: int, pbefore: int,
+                    undo: tuple[int, int, int, int] | None) -> None:
+            nonlocal preempted_any
+            if undo is not None:
+                preempted_any = True
+                budget_box[0] += undo[0]
+                stats[0] -= undo[1]
+                stats[1] -= undo[2]
+                stats[2] -= undo[3]
+            budget_box[0] -= used
+            if ptoks > 0 and not decode_worker:
+                stats[0] += 1
+                stats[1] += pbefore + ptoks
+                stats[2] += pbefore
+                stats[3] += ptoks
+
+        if resume is None:
+            budget_box[0] = args.max_num_batched_tokens
+            admissions: list[Admission] = []
+            rejected: list[int] = []
+            # 1. running requests
+            i = 0
+            while i < len(run) and budget_box[0] > 0:
+                r = run[i]
+                out, used, ptoks, pbefore, undo = self._schedule(r, False, 0, budget_box[0], run, scheduled)
+                account(used, ptoks, pbefore, undo)
+                if undo is not None or used:
+                    changed = True
+                if out is _Outcome.SCHEDULED:
+                    i += 1
+                elif out is _Outcome.BLOCKED:
+                    break
+                # CURRENT_PREEMPTED: r left `run`; index i now holds the next request
+        else:
+            budget_box[0], admissions, rejected = resume
+            changed = True  # the lockstep running phase already computed tokens
+            for r in run:  # what that phase scheduled (a preemption gives it back)
+                scheduled[r.rid] = (1 if r.seq - r.prompt > 0 else 0, 0, r.prompt)
+
+        # 2. waiting requests
+        while not preempted_any and self._waiting and len(run) < args.max_num_seqs:
+            pending_head = bool(self._pending)
+            nxt = self._next_waiting(pending_head)
+            if nxt is None:
+                break
+            r = nxt
+            if self._mml is not None and r.prompt >= self._mml:
+                self._drop(r)
+                rejected.append(r.rid)
+                changed = True
+                continue
+            if r.computed >= r.prompt and r.nblocks * bs >= r.prompt:
+                # Materialized: the prompt is already here; no prefill, no reuse reported.
+                self._waiting.remove(r)
+                r.status = _St.RUNNING
+                run.append(r)
+                admissions.append(Admission(r.rid, 0))
+                changed = True
+                if budget_box[0] == 0:
+                    break
+                continue
+            if pending_head:
+                break
+            if r.status is _St.WAITING and ceil_div(r.seq, bs) > args.num_gpu_blocks:
+                self._drop(r)
+                rejected.append(r.rid)
+                changed = True
+                continue
+            cached_tokens, active_tokens = self._prefix_cost(r)
+            needed = ceil_div(r.seq, bs) - active_tokens // bs
+            if needed > args.num_gpu_blocks - self.pool.num_active_blocks:
+                break  # the FIFO head does not fit yet
+            out, used, ptoks, pbefore, undo = self._schedule(r, True, cached_tokens, budget_box[0], run, scheduled)
+            account(used, ptoks, pbefore, undo)
+            if undo is not None:
+                changed = True
+            if out is not _Outcome.SCHEDULED:
+                break
+            changed = True
+            admissions.append(Admission(r.rid, cached_tokens))
+            if used == 0 and budget_box[0] == 0:
+                break
+
+        # 3. emission
+        prefill_ms = self._timing.prefill_ms(stats[0], stats[1], stats[2])
+        ready: list[_Req] = []
+        done: list[_Req] = []
+        for r in run:
+            if r.computed >= r.seq:
+                if r.seq - r.prompt < r.limit:
+                    ready.append(r)
+                else:
+                    done.append(r)  # nothing left to generate: completes without a token
+        n_ready = len(ready)
+        if self._logical_kv:
+            active_tokens = sum(r.seq for r in ready)
+        else:
+            active_tokens = self.pool.num_active_blocks * bs
+        emitted_ids: list[int] = []
+        for r in ready:
+            r.seq += 1
+            emitted_ids.append(r.rid)
+            if r.seq - r.prompt >= r.limit:
+                done.append(r)
+        finished_ids: list[int] = []
+        if done:
+            gone = set()
+            for r in done:
+                gone.add(r.rid)
+                finished_ids.append(r.rid)
+                self._complete(r)
+            run = [r for r in run if r.rid not in gone]
+        self._run = {r.rid: r for r in run}
+        if n_ready and not self._is_prefill:
+            decode_ms = self._timing.decode_ms(n_ready, active_tokens)
+        else:
+            decode_ms = 0.0
+        if emitted_ids or finished_ids:
+            changed = True
+        self._try_enter_lockstep()
+        if not changed:
+            return None
+        end = now_ms + prefill_ms + decode_ms
+        return self._begin(
+            now_ms, end, admissions, rejected,
+            np.array(emitted_ids, dtype=np.int64) if emitted_ids else empty_ids(),
+            np.array(finished_ids, dtype=np.int64) if finished_ids else empty_ids(),
+            stats[3], n_ready,
+        )
+
+    def _begin(self, now_ms: float, end: float, admissions: list[Admission], rejected: list[int],
+               emitted: I64, finished: I64, prefill_tokens: int, n_ready: int) -> PassPlan:
+        lifecycle: tuple[LifecycleEvent, ...] = ()
+        if self._lifecycle:
+            lifecycle = tuple(self._lifecycle)
+            self._lifecycle.clear()
+        self._completion = PassCompletion(
+            end_ms=end, emitted=emitted, finished=finished, rejected=tuple(rejected),
+            lifecycle=lifecycle,
+        )
+        self._busy = True
+        return PassPlan(
+            start_ms=now_ms, end_ms=end, admissions=tuple(admissions),
+            pass_start_kv_events=self._drain_kv(), prefill_tokens=prefill_tokens,
+            decode_tokens=n_ready,
+        )
+
+    def _prefix_cost(self, r: _Req) -> tuple[int, int]:
+        """(cached_tokens, active_cached_tokens) of a waiting request, with vLLM's rule that a
+        fully cached context still recomputes its last block (it needs logits)."""
+        if not self._caching or not r.hashes:
+            return 0, 0
+        bs = self._bs
+        hashes = self._known_hashes(r)
+        n, active, _inactive = self.pool.match_prefix(hashes, len(hashes))
+        cached = n * bs
+        if r.seq - r.prompt < r.limit:
+            cap = ((r.seq - 1) // bs) * bs
+            if cached > cap:
+                cached = cap
+        return cached, min(active * bs, cached)
+
+    def _known_hashes(self, r: _Req) -> tuple[int, ...] | list[int]:
+        """Cache ids of every full block of the known sequence: the prompt's chained hashes,
+        then (a preempted request's) generated blocks, which it can hit again on re-admission
+        as in the reference, where they are cached under their token hashes."""
+        full = r.seq // self._bs
+        first = len(r.hashes)
+        if full <= first:
+            return r.hashes
+        return list(r.hashes) + generated_block_ids(r.rid, first, full)
+
+    def _schedule(
+        self,
+        r: _Req,
+        from_waiting: bool,
+        cached_tokens: int,
+        budget: int,
+        run: list[_Req],
+        scheduled: dict[int, tuple[int, int, int]],
+    ) -> tuple[_Outcome, int, int, int, tuple[int, int, int, int] | None]:
+        """Schedule one request. Returns (outcome, tokens used, prompt tokens, prompt tokens
+        before, undo of preempted already-scheduled work as (tokens, batch, isl, prefix))."""
+        bs = self._bs
+        if r.computed == 0:
+            cached = cached_tokens if from_waiting else self._prefix_cost(r)[0]
+        else:
+            cached = 0
+        before = r.computed + cached
+        prompt_before = min(before, r.prompt)
+        remaining = r.seq - before
+        prompt_remaining = r.prompt - prompt_before
+        if prompt_remaining > 0 and not self.args.enable_chunked_prefill and prompt_remaining > budget:
+            return _Outcome.BLOCKED, 0, 0, 0, None
+        desired = min(remaining, budget)
+        if desired == 0 and remaining > 0:
+            return _Outcome.BLOCKED, 0, 0, 0, None
+        target = before + desired
+        actual = target
+        undo = [0, 0, 0, 0]
+        preempted = False
+        pool = self.pool
+        decode_worker = self.args.worker_type is WorkerType.DECODE
+        while True:
+            need_total = ceil_div(target, bs)
+            if need_total <= r.nblocks:
+                break
+            hits: tuple[int, ...] = ()
+            have = r.nblocks
+            if r.nblocks == 0 and cached > 0:
+                hits = tuple(self._known_hashes(r)[: cached // bs])
+                have = len(hits)
+            fresh = need_total - have
+            hits_inactive = 0
+            if hits:
+                refs = pool.refs
+                hits_inactive = sum(1 for h in hits if refs[h] == 0)
+            if fresh <= pool.available - hits_inactive:
+                if hits:
+                    pool.acquire(hits)
+                    r.cached = list(hits)
+                pool.take(fresh)
+                r.nblocks = need_total
+                break
+            victim = self._preempt_lifo(run)
+            if victim is None:
+                actual = before
+                break
+            preempted = True
+            undone = scheduled.pop(victim.rid, None)
+            if undone is not None:
+                undo[0] += undone[0]
+                if undone[1] > 0 and not decode_worker:
+                    undo[1] += 1
+                    undo[2] += undone[2] + undone[1]
+                    undo[3] += undone[2]
+            if victim is r:
+                return _Outcome.CURRENT_PREEMPTED, 0, 0, 0, (undo[0], undo[1], undo[2], undo[3])
+        u = (undo[0], undo[1], undo[2], undo[3]) if preempted else None
+        used = actual - before
+        if used == 0 and actual < r.seq:
+            return _Outcome.BLOCKED, 0, 0, 0, u
+        r.computed = actual
+        # Cache the full prompt blocks this step completed (visible to later requests now).
+        if self._caching:
+            lo = before // bs
+            hi = min(actual // bs, len(r.hashes))
+            if hi > lo:
+                r.cached.extend(pool.promote(r.hashes[lo:hi]))
+        prompt_tokens = min(actual, r.prompt) - prompt_before
+        scheduled[r.rid] = (used, prompt_tokens, prompt_before)
+        if from_waiting:
+            self._waiting.remove(r)
+            r.status = _St.RUNNING
+            run.append(r)
+        return _Outcome.SCHEDULED, used, prompt_tokens, prompt_before, u
+
+    def _preempt_lifo(self, run: list[_Req]) -> _Req | None:
+        if not run:
+            return None
+        victim = run.pop()
+        self._free_kv(victim)
+        victim.computed = 0
+        victim.status = _St.PREEMPTED
+        self._waiting.appendleft(victim)
+        self.preemptions += 1
+        self._gen += 1
+        return victim
+
+    def _next_waiting(self, prefer_materialized: bool) -> _Req | None:
+        if not prefer_materialized:
+            return self._waiting[0]
+        bs = self._bs
+        for r in self._waiting:
+            if r.computed >= r.prompt and r.nblocks * bs >= r.prompt:
+                return r
+        return None
+
+    def _complete(self, r: _Req) -> None:
+        """Generation finished: a registered source is held, anything else is freed."""
+        if r.source:
+            r.status = _St.HELD
+            self._lifecycle.append(SourceHeld(r.handoff, self.args.transfer_timing(r.prompt)))
+        else:
+            self._free_kv(r)
+            del self._live[r.rid]
+            if r.dest:
+                self._active_dest.pop(r.handoff, None)
+                r.dest = False
+        # completion always frees a running slot
+        self._gen += 1
+
+    # --- internals: KV and bookkeeping ---------------------------------------------------------
+
+    def _free_kv(self, r: _Req) -> None:
+        pool = self.pool
+        if self._caching:
+            # full blocks of generated tokens were cached when computed (under unreachable
+            # ids); doing it at release is equivalent: they were referenced until now
+            first = len(r.hashes)
+            stop = r.computed // self._bs
+            if stop > first:
+                r.cached.extend(pool.promote(generated_block_ids(r.rid, first, stop)))
+        if r.cached:
+            pool.release(r.cached)
+        pool.give_back(r.nblocks - len(r.cached))
+        r.cached = []
+        r.nblocks = 0
+
+    def _drop(self, r: _Req) -> None:
+        """Remove a request wherever it is (between passes), freeing its KV."""
+        if r.status is _St.RUNNING:
+            if self._lock:
+                self._materialize_at_rest()
+            del self._run[r.rid]
+            self._free_kv(r)
+            self._gen += 1
+        else:
+            try:
+                self._waiting.remove(r)
+            except ValueError:
+                pass
+            if r.nblocks:
+                self._free_kv(r)
+                self._gen += 1
+        if r.source:
+            self._sources.pop(r.handoff, None)
+            r.source = False
+        if r.dest:
+            self._active_dest.pop(r.handoff, None)
+            r.dest = False
+        self._live.pop(r.rid, None)
+
+    def _after_applied(self) -> CommandEffects:
+        lifecycle: tuple[LifecycleEvent, ...] = ()
+        if not self._busy and self._pending:
+            lifecycle = tuple(self._retry_destinations())
+        events = self._drain_kv()
+        if not lifecycle and not events:
+            return _APPLIED
+        return CommandEffects(CommandResult.APPLIED, lifecycle, events)
+
+    def _retry_destinations(self) -> list[LifecycleEvent]:
+        """Try the head of the pending-destination FIFO once per capacity generation (§2.4)."""
+        if not self._pending:
+            return []
+        gen = self._gen
+        head, last = self._pending[0]
+        if len(self._run) >= self.args.max_num_seqs:
+            self._pending[0] = (head, gen)
+            return []
+        if last == gen:
+            return []
+        self._pending[0] = (head, gen)
+        bs = self._bs
+        n_blocks = ceil_div(head.prompt, bs)
+        pool = self.pool
+        if self._caching and head.hashes:
+            n_prefix, _active, prefix_inactive = pool.match_prefix(head.hashes, len(head.hashes))
+        else:
+            n_prefix = prefix_inactive = 0
+        prefix = head.hashes[:n_prefix]
+        fresh = n_blocks - n_prefix
+        if fresh > pool.available - prefix_inactive:
+            return []
+        pool.acquire(prefix)
+        pool.take(fresh)
+        head.cached = list(prefix)
+        head.nblocks = n_blocks
+        head.status = _St.RESERVED
+        self._pending.popleft()
+        self._pending_ids.discard(head.handoff)
+        self._reserved[head.handoff] = head
+        return [DestinationReserved(head.handoff, fresh * bs)]
+
+    def _drain_kv(self) -> tuple[KvEvent, ...]:
+        if not self._record:
+            return ()
+        ev = self.pool.drain_events()
+        return kv_events(ev) if ev else ()
+
+    # --- introspection for tests ---------------------------------------------------------------
+
+    def snapshot(self) -> dict[int, tuple[str, int, int, int]]:
+        """Explicit per-request (status, computed, seq, blocks) between passes (tests)."""
+        if self._busy:
+            raise RuntimeError("snapshot while mid-pass")
+        out: dict[int, tuple[str, int, int, int]] = {}
+        K, bs = self._K, self._bs
+        for rid, r in self._live.items():
+            if r.status is _St.RUNNING and self._lock:
+                seq = r.prompt + K + r.off
+                out[rid] = (r.status.name, seq - 1, seq, ceil_div(seq - 1, bs))
+            else:
+                out[rid] = (r.status.name, r.computed, r.seq, r.nblocks)
+        return out
+
+    def check_invariants(self) -> None:
+        """Assert pool conservation against every request's holdings (tests)."""
+        self.pool.check()
+        snap = self.snapshot()
+        private = 0
+        ref_count: dict[int, int] = {}
+        for rid, r in self._live.items():
+            nblocks = snap[rid][3]
+            assert nblocks >= len(r.cached), (rid, nblocks, r.cached)
+            private += nblocks - len(r.cached)
+            for h in r.cached:
+                ref_count[h] = ref_count.get(h, 0) + 1
+        assert private == self.pool.private_blocks, (private, self.pool.private_blocks)
+        for h, c in self.pool.refs.items():
+            assert ref_count.get(h, 0) == c, (h, c, ref_count.get(h, 0))
+        assert len(self._run) <= self.args.max_num_seqs

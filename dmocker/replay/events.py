@@ -1,0 +1,186 @@
+"""Virtual clock, event heap and the per-timestamp drain loop of the replay.
+
+Why this shape: the reference replay is a discrete-event simulation whose results depend on
+the order in which same-time work is applied.  Its heap orders events by time, then by a
+fixed phase rank (pass completions before worker-ready before transfer completions before
+planner ticks), then by a push sequence number.  Within one timestamp it drains a fixed list
+of phases, looping until a whole sweep changes nothing (a fixed point).  We keep exactly that
+contract, with an integer sequence number as the only tie-break so that nothing depends on
+object identity or hash order.
+
+Nothing here knows about requests or engines: the runtime supplies the phases.
+"""
+
+from __future__ import annotations
+
+import enum
+import heapq
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+__all__ = [
+    "EventKind",
+    "EventQueue",
+    "DeadEndError",
+    "ReplayInvariantError",
+    "drain_to_fixed_point",
+    "next_time",
+]
+
+P = TypeVar("P")
+
+
+class EventKind(enum.IntEnum):
+    """Heap event kinds; the value is the phase rank among events at the same time.
+
+    Arrivals are not heap events: the admission queue reports its own next ready time.
+    """
+
+    PASS_COMPLETION = 0
+    WORKER_READY = 1
+    TRANSFER_COMPLETE = 2
+    INJECTED_FACT = 3  # tests and harnesses: a Canceled / Failed / TimedOut fact at a time
+    PLANNER_TICK = 4
+
+
+class ReplayInvariantError(RuntimeError):
+    """The runtime reached a state its own rules forbid (a bug, never bad user input)."""
+
+
+class DeadEndError(RuntimeError):
+    """Work is left but no future event can ever make progress.
+
+    The reference reports only a count; we name the stuck requests and what they wait for,
+    because a dead end is almost always a configuration the engines cannot serve (for example
+    a prompt that never fits), and the user needs to know which one.
+    """
+
+    def __init__(self, now_ms: float, stuck: Sequence[str]) -> None:
+        self.now_ms = now_ms
+        self.stuck = tuple(stuck)
+        shown = ", ".join(self.stuck[:10])
+        more = f" (+{len(self.stuck) - 10} more)" if len(self.stuck) > 10 else ""
+        super().__init__(
+            f"replay reached a dead end at t={now_ms:.3f} ms with {len(self.stuck)} "
+            f"request(s) unable to progress: {shown}{more}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Peek:
+    time_ms: float
+    kind: EventKind
+
+
+class EventQueue(Generic[P]):
+    """A min-heap of ``(time_ms, kind rank, seq, payload)``.
+
+    ``pop_ready(now, kind)`` pops the top event only if it is due exactly at ``now`` and of
+    ``kind``: because the rank sits before the sequence number, all same-time events of a
+    lower rank are necessarily gone first, which is the reference's phase order.
+    """
+
+    __slots__ = ("_heap", "_seq")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, int, P]] = []
+        self._seq = 0
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def push(self, time_ms: float, kind: EventKind, payload: P) -> None:
+        if not math.isfinite(time_ms):
+            raise ReplayInvariantError(f"event scheduled at non-finite time {time_ms!r}")
+        heapq.heappush(self._heap, (time_ms, int(kind), self._seq, payload))
+        self._seq += 1
+
+    def peek_time(self) -> float | None:
+        """Time of the earliest event, or None when empty."""
+        return self._heap[0][0] if self._heap else None
+
+    def peek(self) -> _Peek | None:
+        if not self._heap:
+            return None
+        top = self._heap[0]
+        return _Peek(top[0], EventKind(top[1]))
+
+    def peek_payload(self) -> P | None:
+        return self._heap[0][3] if self._heap else None
+
+    @property
+    def raw(self) -> list[tuple[float, int, int, P]]:
+        """The heap list itself (read-only use: the drain loop peeks at ``raw[0]``)."""
+        return self._heap
+
+    def due(self, now_ms: float, kind: EventKind) -> bool:
+        """True when the top event is ``kind`` and due exactly at ``now_ms``."""
+        heap = self._heap
+        return bool(heap) and heap[0][0] == now_ms and heap[0][1] == kind
+
+    def top_is(self, kind: EventKind) -> bool:
+        heap = self._heap
+        return bool(heap) and heap[0][1] == kind
+
+    def pop_ready(self, now_ms: float, kind: EventKind) -> tuple[bool, P | None]:
+        """Pop the top event if it is ``kind`` due at ``now_ms``; returns (popped, payload)."""
+        heap = self._heap
+        if heap:
+            top = heap[0]
+            if top[0] == now_ms and top[1] == kind:
+                heapq.heappop(heap)
+                return True, top[3]
+        return False, None
+
+    def pop_top(self) -> P:
+        return heapq.heappop(self._heap)[3]
+
+    def retain(self, keep: Callable[[EventKind, P], bool]) -> int:
+        """Drop every event for which ``keep`` is false; returns how many were dropped.
+
+        Used for bulk pruning of stale transfer completions; order is preserved because the
+        heap keys (time, rank, seq) are untouched.
+        """
+        before = len(self._heap)
+        # In place: the runtime's drain loop holds a reference to this list.
+        self._heap[:] = [e for e in self._heap if keep(EventKind(e[1]), e[3])]
+        heapq.heapify(self._heap)
+        return before - len(self._heap)
+
+    def kinds(self) -> Iterable[EventKind]:
+        """The kinds present (unordered view, for liveness checks only)."""
+        return (EventKind(e[1]) for e in self._heap)
+
+
+def next_time(*candidates: float | None) -> float | None:
+    """Earliest of the given times, ignoring None (the reference's next_timestamp)."""
+    best: float | None = None
+    for c in candidates:
+        if c is not None and (best is None or c < best):
+            best = c
+    return best
+
+
+def drain_to_fixed_point(phases: Sequence[Callable[[], bool]], *, max_sweeps: int = 1_000_000) -> int:
+    """Run the phases in order until a whole sweep reports no change; returns the sweep count.
+
+    Each phase returns True when it made progress.  Per the reference's liveness rules a phase
+    must not report progress for effect-free work, otherwise this would spin; the sweep bound
+    turns such a bug into an error instead of a hang.
+    """
+    sweeps = 0
+    while True:
+        sweeps += 1
+        changed = False
+        for phase in phases:
+            if phase():
+                changed = True
+        if not changed:
+            return sweeps
+        if sweeps >= max_sweeps:
+            raise ReplayInvariantError(
+                f"drain did not reach a fixed point after {max_sweeps} sweeps (a phase reports "
+                "progress without changing state)"
+            )

@@ -1,0 +1,207 @@
+"""The admission queue: when each turn of the workload is released into the cluster.
+
+Why a separate room: the reference folds arrival pacing, concurrency caps and multi-turn
+gating into its 1,800-line runtime.  Here the runtime only asks three things -- when is the
+next release, what is ready now, and "this request ended" -- so trace mode and concurrency
+mode are swappable and testable without engines.
+
+* Trace mode: a first turn is released at its arrival time; a later turn at the previous
+  turn's terminal time + its delay (fact sheet section 6).
+* Concurrency mode (``max_in_flight``): arrival times are ignored; at most ``max_in_flight``
+  *sessions* are open at once and each keeps its slot through all its turns and think times
+  (depth-first), so a single-turn workload keeps ``max_in_flight`` requests in flight.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from .types import NO_NEXT, SessionStart, Turn, Workload, WorkloadError
+
+__all__ = ["AdmissionQueue", "ReadyTurn"]
+
+
+@dataclass(frozen=True, slots=True)
+class ReadyTurn:
+    """A turn released at ``arrival_ms``."""
+
+    turn: Turn
+    arrival_ms: float
+
+
+class AdmissionQueue:
+    """Releases workload turns in trace or concurrency mode (see module docstring)."""
+
+    __slots__ = (
+        "_workload",
+        "_starts",
+        "_lookahead",
+        "_ready",
+        "_seq",
+        "_next_of",
+        "_max_in_flight",
+        "_open_sessions",
+        "_released",
+        "_outstanding",
+        "_buffer",
+        "_prefetch",
+        "_batch",
+        "_preloaded",
+    )
+
+    def __init__(
+        self,
+        workload: Workload,
+        *,
+        max_in_flight: int | None = None,
+        prefetch: Callable[[list[Turn]], None] | None = None,
+        batch: int = 256,
+    ) -> None:
+        """``prefetch`` sees upcoming first turns in batches of ``batch`` before they are
+        released (the runtime hashes their blocks in one vectorised call)."""
+        if max_in_flight is not None and (
+            isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight <= 0
+        ):
+            raise WorkloadError(f"must be a positive integer, got {max_in_flight!r}", field="max_in_flight")
+        self._workload = workload
+        self._starts: Iterator[SessionStart] = workload.session_starts()
+        self._buffer: deque[SessionStart] = deque()
+        self._prefetch = prefetch
+        self._batch = max(1, batch)
+        self._preloaded: dict[int, Turn] = {}
+        self._lookahead: SessionStart | None = self._next_start()
+        # Follow-up turns: (ready_ms, seq, request_id)
+        self._ready: list[tuple[float, int, int]] = []
+        self._seq = 0
+        self._next_of: dict[int, tuple[int, float]] = {}  # in-flight id -> (next id, delay)
+        self._max_in_flight = max_in_flight
+        self._open_sessions = 0
+        self._released = 0
+        self._outstanding = 0  # released turns whose terminal has not been reported
+
+    def _next_start(self) -> SessionStart | None:
+        if not self._buffer:
+            chunk: list[SessionStart] = []
+            for start in self._starts:
+                chunk.append(start)
+                if len(chunk) >= self._batch:
+                    break
+            if not chunk:
+                return None
+            if self._prefetch is not None:
+                turns = [self._workload.load(st.request_id) for st in chunk]
+                for turn in turns:
+                    self._preloaded[turn.request_id] = turn
+                self._prefetch(turns)
+            self._buffer.extend(chunk)
+        return self._buffer.popleft()
+
+    def set_prefetch(self, prefetch: Callable[[list[Turn]], None] | None) -> None:
+        """Install the prefetch hook (see ``__init__``); affects batches not yet pulled."""
+        self._prefetch = prefetch
+
+    @property
+    def total_requests(self) -> int:
+        return self._workload.num_requests
+
+    @property
+    def trace_block_size(self) -> int:
+        return self._workload.trace_block_size
+
+    @property
+    def released(self) -> int:
+        return self._released
+
+    def next_ready_time(self) -> float | None:
+        """Earliest time something could be released without another terminal.
+
+        In concurrency mode a new session can only start when a slot frees, which happens at a
+        terminal, i.e. inside a drain; so only follow-up turns count as future wakeups, plus
+        "now" when a slot is free (reported as the lookahead's own time, never in the past of
+        the caller because the caller drains first).
+        """
+        best = self._ready[0][0] if self._ready else None
+        if self._lookahead is not None:
+            if self._max_in_flight is None:
+                t = self._lookahead.arrival_ms
+                best = t if best is None or t < best else best
+        return best
+
+    def has_ready(self, now_ms: float) -> bool:
+        """Whether :meth:`drain_ready` would release anything at ``now_ms`` (cheap check)."""
+        if self._ready and self._ready[0][0] <= now_ms:
+            return True
+        la = self._lookahead
+        if la is None:
+            return False
+        if self._max_in_flight is None:
+            return la.arrival_ms <= now_ms
+        return self._open_sessions < self._max_in_flight
+
+    def drain_ready(self, now_ms: float) -> list[ReadyTurn]:
+        """Everything released at ``now_ms``, in (time, order-of-becoming-known) order."""
+        out: list[ReadyTurn] = []
+        if self._max_in_flight is None:
+            # Merge first turns and follow-ups by time; first turns known earlier win ties.
+            while True:
+                la = self._lookahead
+                ready = self._ready
+                take_first = la is not None and la.arrival_ms <= now_ms
+                take_follow = bool(ready) and ready[0][0] <= now_ms
+                if not take_first and not take_follow:
+                    break
+                if take_first and (not take_follow or la.arrival_ms <= ready[0][0]):  # type: ignore[union-attr]
+                    assert la is not None
+                    self._lookahead = self._next_start()
+                    out.append(self._release(la.request_id, la.arrival_ms))
+                else:
+                    _, _, rid = heapq.heappop(ready)
+                    out.append(self._release(rid, now_ms))
+            return out
+        # Concurrency mode: follow-ups first (their sessions already hold slots), then new
+        # sessions while slots are free.  Arrival is "now".
+        ready = self._ready
+        while ready and ready[0][0] <= now_ms:
+            _, _, rid = heapq.heappop(ready)
+            out.append(self._release(rid, now_ms))
+        while self._lookahead is not None and self._open_sessions < self._max_in_flight:
+            la = self._lookahead
+            self._lookahead = self._next_start()
+            self._open_sessions += 1
+            out.append(self._release(la.request_id, now_ms))
+        return out
+
+    def _release(self, request_id: int, arrival_ms: float) -> ReadyTurn:
+        turn = self._preloaded.pop(request_id, None)
+        if turn is None:
+            turn = self._workload.load(request_id)
+        self._next_of[request_id] = (turn.next_request_id, turn.delay_ms)
+        self._released += 1
+        self._outstanding += 1
+        return ReadyTurn(turn, arrival_ms)
+
+    def on_request_terminal(self, request_id: int, now_ms: float) -> None:
+        """A released turn ended (any status): gate its session's next turn on it."""
+        nxt = self._next_of.pop(request_id, None)
+        if nxt is None:
+            raise KeyError(f"request {request_id} was not released or already ended")
+        self._outstanding -= 1
+        next_id, _ = nxt
+        if next_id == NO_NEXT:
+            if self._max_in_flight is not None:
+                self._open_sessions -= 1
+            return
+        # The follow-up's delay is stored on the follow-up row itself; peek it when loading.
+        delay = self._workload.delay_of(next_id)
+        heapq.heappush(self._ready, (now_ms + delay, self._seq, next_id))
+        self._seq += 1
+
+    def is_drained(self) -> bool:
+        return self._lookahead is None and not self._ready and self._outstanding == 0
+
+    def has_pending_release(self) -> bool:
+        """True when turns remain that are not released yet (first or follow-up)."""
+        return self._lookahead is not None or bool(self._ready)

@@ -1,0 +1,354 @@
+"""Streaming reader for Mooncake JSONL traces.
+
+Why two passes over the file instead of one list of rows: the reference parses the whole
+trace into memory before replaying it (about 10 KB a request).  We validate every line up
+front -- so bad input fails before any simulation work and no report is written -- while
+keeping only a few numbers per row in flat arrays (byte offset, lengths, timestamp, delay,
+next turn).  A turn's hash ids are re-read from its byte offset only when it is admitted.
+
+Rules, after the reference loader (fact sheet section 6):
+
+* ``timestamp`` (ms) is rebased so the earliest first turn arrives at 0, then divided by
+  ``arrival_speedup_ratio``; so are inter-turn delays.
+* ``session_id`` groups turns; a later turn is gated on the previous turn's terminal plus its
+  ``delay`` (explicit, or the timestamp difference to the previous turn).  A first turn may not
+  carry a non-zero delay.
+* ``input_length`` may not exceed ``len(hash_ids) * trace_block_size``.  The reference clamps
+  silently; the issue asks for an error, so clamping is opt-in (``clamp_input_length``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from array import array
+from collections.abc import Iterator
+from typing import Any, BinaryIO
+
+import numpy as np
+import numpy.typing as npt
+
+from .types import NO_NEXT, SessionStart, Turn, WorkloadError
+
+__all__ = ["MooncakeTrace", "MAX_LENGTH", "MAX_HASH_ID"]
+
+MAX_LENGTH = 1 << 32
+"""Largest accepted token length; beyond it the numbers are surely a unit mistake."""
+MAX_HASH_ID = (1 << 63) - 1
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> bool:
+    return (isinstance(value, (int, float))) and not isinstance(value, bool)
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, str):
+        return f"the string {value!r}" if len(value) <= 20 else "a string"
+    if isinstance(value, float):
+        return f"the float {value!r}"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "an object"
+    return repr(value)
+
+
+class MooncakeTrace:
+    """An indexed, validated Mooncake trace; implements the ``Workload`` protocol."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        trace_block_size: int = 512,
+        arrival_speedup_ratio: float = 1.0,
+        clamp_input_length: bool = False,
+    ) -> None:
+        self._path = os.fspath(path)
+        if not _is_int(trace_block_size) or trace_block_size <= 0:
+            raise WorkloadError(
+                f"must be a positive integer, got {trace_block_size!r}", field="trace_block_size"
+            )
+        if (
+            not _is_number(arrival_speedup_ratio)
+            or not math.isfinite(arrival_speedup_ratio)
+            or arrival_speedup_ratio <= 0
+        ):
+            raise WorkloadError(
+                f"must be a finite number > 0, got {arrival_speedup_ratio!r}",
+                field="arrival_speedup_ratio",
+            )
+        self._block = trace_block_size
+        self._speedup = float(arrival_speedup_ratio)
+        self._clamp = clamp_input_length
+        self._fh: BinaryIO | None = None
+        self._index()
+
+    # -- Workload protocol ------------------------------------------------------------------
+
+    @property
+    def trace_block_size(self) -> int:
+        return self._block
+
+    @property
+    def num_requests(self) -> int:
+        return int(self._offsets.shape[0])
+
+    @property
+    def path(self) -> str:
+        return self._path
+
+    def session_starts(self) -> Iterator[SessionStart]:
+        rows = self._first_rows
+        times = self._first_arrival
+        for i in range(rows.shape[0]):
+            yield SessionStart(float(times[i]), int(rows[i]))
+
+    def load(self, request_id: int) -> Turn:
+        fh = self._fh
+        if fh is None:
+            fh = self._fh = open(self._path, "rb")  # noqa: SIM115 - closed by close()
+        fh.seek(int(self._offsets[request_id]))
+        raw = json.loads(fh.readline())
+        input_length = int(self._input[request_id])
+        hash_ids = tuple(int(h) for h in raw["hash_ids"])
+        if self._clamp:
+            needed = -(-input_length // self._block)
+            hash_ids = hash_ids[:needed]
+        return Turn(
+            request_id=request_id,
+            input_length=input_length,
+            output_length=int(self._output[request_id]),
+            hash_ids=hash_ids,
+            delay_ms=float(self._delay[request_id]),
+            next_request_id=int(self._next[request_id]),
+            session_index=int(self._session[request_id]),
+            turn_index=int(self._turn[request_id]),
+        )
+
+    def delay_of(self, request_id: int) -> float:
+        return float(self._delay[request_id])
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # pragma: no cover - interpreter shutdown
+            pass
+
+    # -- pass 1: validate and index -------------------------------------------------------
+
+    def _err(self, line: int | None, field: str | None, message: str) -> WorkloadError:
+        return WorkloadError(message, path=self._path, line=line, field=field)
+
+    def _index(self) -> None:
+        offsets = array("q")
+        inputs = array("q")
+        outputs = array("q")
+        stamps = array("d")  # raw timestamps (NaN when absent)
+        delays = array("d")  # raw delay before speed-up
+        nexts = array("q")
+        sessions = array("q")
+        turns = array("q")
+        session_of: dict[object, int] = {}
+        session_last_row: list[int] = []
+        session_last_ts: list[float] = []
+        session_turns: list[int] = []
+        first_rows = array("q")
+        first_ts = array("d")
+
+        try:
+            fh = open(self._path, "rb")
+        except FileNotFoundError:
+            raise self._err(None, None, "no such trace file") from None
+        except IsADirectoryError:
+            raise self._err(None, None, "is a directory, not a trace file") from None
+        except OSError as exc:
+            raise self._err(None, None, f"cannot open trace file: {exc.strerror}") from None
+
+        with fh:
+            offset = 0
+            lineno = 0
+            for raw_line in fh:
+                lineno += 1
+                start = offset
+                offset += len(raw_line)
+                if not raw_line.strip():
+                    continue
+                row = self._parse_line(raw_line, lineno)
+                ts, delay, sid, input_length, output_length = self._check_row(row, lineno)
+                row_idx = len(offsets)
+                if sid is None:
+                    session = len(session_last_row)
+                    session_last_row.append(row_idx)
+                    session_last_ts.append(math.nan if ts is None else ts)
+                    session_turns.append(1)
+                    turn_index = 0
+                else:
+                    key = sid
+                    found = session_of.get(key)
+                    if found is None:
+                        session = len(session_last_row)
+                        session_of[key] = session
+                        session_last_row.append(row_idx)
+                        session_last_ts.append(math.nan if ts is None else ts)
+                        session_turns.append(1)
+                        turn_index = 0
+                    else:
+                        session = found
+                        turn_index = session_turns[session]
+                        session_turns[session] += 1
+                        prev = session_last_row[session]
+                        nexts[prev] = row_idx
+                        session_last_row[session] = row_idx
+                if turn_index == 0:
+                    if delay is not None and delay != 0.0:
+                        raise self._err(
+                            lineno,
+                            "delay",
+                            f"the first turn of a session may not carry a delay (got {delay!r})",
+                        )
+                    if ts is None:
+                        raise self._err(lineno, "timestamp", "missing (required on a first turn)")
+                    delay_value = 0.0
+                    first_rows.append(row_idx)
+                    first_ts.append(ts)
+                elif delay is not None:
+                    delay_value = delay
+                else:
+                    prev_ts = session_last_ts[session]
+                    if ts is None:
+                        raise self._err(
+                            lineno, "timestamp", "missing, and no 'delay' given for this later turn"
+                        )
+                    delay_value = ts - prev_ts
+                    if delay_value < 0:
+                        raise self._err(
+                            lineno,
+                            "timestamp",
+                            f"{ts!r} is earlier than the previous turn of the session "
+                            f"({prev_ts!r}); the inferred delay would be negative",
+                        )
+                if ts is not None:
+                    session_last_ts[session] = ts
+                offsets.append(start)
+                inputs.append(input_length)
+                outputs.append(output_length)
+                stamps.append(math.nan if ts is None else ts)
+                delays.append(delay_value)
+                nexts.append(NO_NEXT)
+                sessions.append(session)
+                turns.append(turn_index)
+
+        if len(offsets) == 0:
+            raise self._err(
+                None, None, "the trace is empty (no JSON lines)" if lineno == 0 else
+                "the trace has no requests (only blank lines)"
+            )
+
+        self._offsets: npt.NDArray[np.int64] = np.frombuffer(offsets, dtype=np.int64).copy()
+        self._input: npt.NDArray[np.int64] = np.frombuffer(inputs, dtype=np.int64).copy()
+        self._output: npt.NDArray[np.int64] = np.frombuffer(outputs, dtype=np.int64).copy()
+        self._delay: npt.NDArray[np.float64] = (
+            np.frombuffer(delays, dtype=np.float64) / self._speedup
+        )
+        self._next: npt.NDArray[np.int64] = np.frombuffer(nexts, dtype=np.int64).copy()
+        self._session: npt.NDArray[np.int64] = np.frombuffer(sessions, dtype=np.int64).copy()
+        self._turn: npt.NDArray[np.int64] = np.frombuffer(turns, dtype=np.int64).copy()
+        fr = np.frombuffer(first_rows, dtype=np.int64)
+        ft = np.frombuffer(first_ts, dtype=np.float64)
+        base = float(ft.min())
+        arrival = (ft - base) / self._speedup
+        order = np.lexsort((fr, arrival))
+        self._first_rows: npt.NDArray[np.int64] = fr[order].copy()
+        self._first_arrival: npt.NDArray[np.float64] = arrival[order].copy()
+        del stamps
+
+    def _parse_line(self, raw_line: bytes, lineno: int) -> dict[str, Any]:
+        try:
+            row = json.loads(raw_line)
+        except UnicodeDecodeError:
+            raise self._err(lineno, None, "not UTF-8 text") from None
+        except json.JSONDecodeError as exc:
+            # The decoder stopping at the very end of the line means the record was cut short
+            # (a partial last line of a file still being written, or a broken copy).
+            truncated = exc.pos >= len(raw_line.rstrip())
+            if truncated:
+                raise self._err(
+                    lineno, None, f"truncated JSON record ({exc.msg} at column {exc.colno})"
+                ) from None
+            raise self._err(lineno, None, f"malformed JSON: {exc.msg} at column {exc.colno}") from None
+        if not isinstance(row, dict):
+            raise self._err(lineno, None, f"expected a JSON object, got {_kind(row)}")
+        return row
+
+    def _length(self, row: dict[str, Any], lineno: int, field: str, minimum: int) -> int:
+        if field not in row:
+            raise self._err(lineno, field, "missing")
+        value = row[field]
+        if not _is_int(value):
+            raise self._err(lineno, field, f"must be an integer, got {_kind(value)}")
+        if value < minimum:
+            raise self._err(lineno, field, f"must be >= {minimum}, got {value}")
+        if value > MAX_LENGTH:
+            raise self._err(lineno, field, f"{value} is implausibly large (limit {MAX_LENGTH})")
+        return int(value)
+
+    def _check_row(
+        self, row: dict[str, Any], lineno: int
+    ) -> tuple[float | None, float | None, object, int, int]:
+        ts: float | None = None
+        if "timestamp" in row and row["timestamp"] is not None:
+            value = row["timestamp"]
+            if not _is_number(value) or not math.isfinite(value):
+                raise self._err(lineno, "timestamp", f"must be a finite number of ms, got {_kind(value)}")
+            ts = float(value)
+        delay: float | None = None
+        if "delay" in row and row["delay"] is not None:
+            value = row["delay"]
+            if not _is_number(value) or not math.isfinite(value) or value < 0:
+                raise self._err(lineno, "delay", f"must be a finite number >= 0 ms, got {_kind(value) if not _is_number(value) else value!r}")
+            delay = float(value)
+        sid: object = None
+        if "session_id" in row and row["session_id"] is not None:
+            value = row["session_id"]
+            if isinstance(value, bool) or not isinstance(value, (str, int)):
+                raise self._err(lineno, "session_id", f"must be a string or an integer, got {_kind(value)}")
+            sid = ("s", value) if isinstance(value, str) else ("i", value)
+        input_length = self._length(row, lineno, "input_length", 1)
+        output_length = self._length(row, lineno, "output_length", 1)
+        if "hash_ids" not in row:
+            raise self._err(lineno, "hash_ids", "missing")
+        hash_ids = row["hash_ids"]
+        if not isinstance(hash_ids, list):
+            raise self._err(lineno, "hash_ids", f"must be a list of integers, got {_kind(hash_ids)}")
+        for i, h in enumerate(hash_ids):
+            if not _is_int(h) or h < 0 or h > MAX_HASH_ID:
+                raise self._err(
+                    lineno, f"hash_ids[{i}]", f"must be an integer in [0, 2^63), got {_kind(h) if not _is_int(h) else h}"
+                )
+        capacity = len(hash_ids) * self._block
+        if input_length > capacity:
+            if self._clamp and capacity > 0:
+                input_length = capacity
+            else:
+                raise self._err(
+                    lineno,
+                    "input_length",
+                    f"{input_length} exceeds the hash_ids capacity {capacity} "
+                    f"({len(hash_ids)} hash_ids x trace_block_size {self._block})",
+                )
+        return ts, delay, sid, input_length, output_length

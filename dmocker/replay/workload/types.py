@@ -1,0 +1,88 @@
+"""Workload value types: one turn of a request, session starts, and the workload error.
+
+Why: the runtime, the trace reader and the synthetic generator meet here, so the admission
+queue can treat a Mooncake file and a generated workload alike.  A turn is only materialised
+(hash ids and all) when it is about to be admitted, so memory stays flat in the trace length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Protocol
+
+__all__ = ["Turn", "SessionStart", "Workload", "WorkloadError", "NO_NEXT"]
+
+NO_NEXT = -1
+"""``Turn.next_request_id`` when the turn is the last of its session."""
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One request as the workload describes it.
+
+    ``request_id`` is the 0-based index of the request in trace-line or generator order, so it
+    is stable across runs.  ``delay_ms`` is the think time after the previous turn's terminal
+    (already divided by the arrival speed-up); 0 for a first turn.
+    """
+
+    request_id: int
+    input_length: int
+    output_length: int
+    hash_ids: tuple[int, ...]
+    delay_ms: float
+    next_request_id: int
+    session_index: int
+    turn_index: int
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class SessionStart:
+    """A session's first turn and its (rebased, sped-up) arrival time."""
+
+    arrival_ms: float
+    request_id: int
+
+
+class Workload(Protocol):
+    """What the admission queue needs from a workload source."""
+
+    @property
+    def trace_block_size(self) -> int: ...
+
+    @property
+    def num_requests(self) -> int: ...
+
+    def session_starts(self) -> Iterator[SessionStart]:
+        """First turns in ascending (arrival_ms, request_id); lazily produced."""
+        ...
+
+    def load(self, request_id: int) -> Turn:
+        """Materialise one turn; called once, when the turn becomes ready."""
+        ...
+
+    def delay_of(self, request_id: int) -> float:
+        """Think time (ms) of a later turn after its predecessor's terminal, before loading it."""
+        ...
+
+
+class WorkloadError(ValueError):
+    """Bad workload input, pointing at the file, line and field at fault."""
+
+    def __init__(
+        self, message: str, *, path: str | None = None, line: int | None = None, field: str | None = None
+    ) -> None:
+        self.path = path
+        self.line = line
+        self.field = field
+        self.detail = message
+        where = ""
+        if path is not None:
+            where = path
+            if line is not None:
+                where += f":{line}"
+            where += ": "
+        elif line is not None:
+            where = f"line {line}: "
+        what = f"field '{field}': " if field is not None else ""
+        super().__init__(f"{where}{what}{message}")

@@ -1,0 +1,62 @@
+"""EngineArgs: reference defaults (§4.1) and validation errors that name the field."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from dmocker.handoff.types import TransferTimingMode
+from dmocker.replay.engines.interface import Backend, EngineArgs, WorkerType, make_worker
+
+
+def test_defaults_match_reference() -> None:
+    a = EngineArgs()
+    assert (a.num_gpu_blocks, a.max_num_seqs, a.max_num_batched_tokens) == (16384, 256, 8192)
+    assert a.enable_prefix_caching and a.enable_chunked_prefill
+    assert (a.speedup_ratio, a.decode_speedup_ratio) == (1.0, 1.0)
+    assert a.kv_bytes_per_token is None and a.kv_transfer_bandwidth is None
+    assert a.kv_transfer_timing_mode is TransferTimingMode.FULL_PROMPT
+    assert a.max_model_len is None
+    assert a.page_tokens == 64
+    assert EngineArgs(backend=Backend.SGLANG).page_tokens == 1
+    assert (a.max_prefill_tokens, a.chunked_prefill_size) == (16384, 8192)
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("block_size", 0),
+        ("num_gpu_blocks", -1),
+        ("max_num_seqs", 0),
+        ("max_num_batched_tokens", 1.5),
+        ("max_model_len", 0),
+        ("speedup_ratio", float("nan")),
+        ("kv_transfer_bandwidth", -1.0),
+        ("kv_transfer_bandwidth", float("nan")),
+        ("kv_bytes_per_token", -3),
+        ("fixed_prefill_ms", 1.0),
+        ("schedule_conservativeness", 0.0),
+        ("backend", "vllm"),
+        ("worker_type", "decode"),
+    ],
+)
+def test_validation_names_the_field(field: str, value: object) -> None:
+    args = dataclasses.replace(EngineArgs(), **{field: value})
+    with pytest.raises(ValueError, match=field):
+        args.validate()
+    with pytest.raises(ValueError, match=field):
+        make_worker(args)
+
+
+def test_parse_helpers() -> None:
+    assert Backend.parse(" SGLang ") is Backend.SGLANG
+    assert WorkerType.parse("prefill") is WorkerType.PREFILL
+    with pytest.raises(ValueError, match="unknown engine"):
+        Backend.parse("trtllm")
+
+
+def test_transfer_timing_uses_prefill_args() -> None:
+    a = EngineArgs(kv_bytes_per_token=1_000_000, kv_transfer_bandwidth=1.0)
+    t = a.transfer_timing(128)
+    assert t.delay_ms(0) == pytest.approx(128.0)

@@ -1,0 +1,86 @@
+"""Build a runtime over fake workers (see fake_engine) for runtime-rule tests."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dmocker.handoff import HandoffOrder
+from dmocker.replay.collector import Collector
+from dmocker.replay.engines.interface import Backend, EngineArgs, WorkerType
+from dmocker.replay.report import SlaThresholds, build_summary
+from dmocker.replay.runtime import DisaggRuntime
+from dmocker.replay.workload import AdmissionQueue, SyntheticSpec, SyntheticWorkload, Workload
+
+from .fake_engine import FakeWorker
+
+
+@dataclass
+class FakeRun:
+    runtime: DisaggRuntime
+    prefill: list[FakeWorker]
+    decode: list[FakeWorker]
+    records: list[dict[str, Any]]
+    events: list[dict[str, Any]]
+    summary: dict[str, Any]
+
+
+def fake_run(
+    workload: Workload | None = None,
+    *,
+    order: HandoffOrder = HandoffOrder.SOURCE_FIRST,
+    n_prefill: int = 1,
+    n_decode: int = 1,
+    prefill_ms: float = 10.0,
+    decode_ms: float = 5.0,
+    bandwidth: float | None = None,
+    kv_bytes: int | None = None,
+    capacity: int | None = None,
+    reject_over: int | None = None,
+    max_in_flight: int | None = None,
+    max_sim_time_ms: float | None = None,
+    decode_ms_per_worker: Sequence[float] | None = None,
+    inject: Sequence[tuple[float, int, type]] = (),
+    never_reserve: bool = False,
+) -> FakeRun:
+    if workload is None:
+        workload = SyntheticWorkload(SyntheticSpec(requests=4, rate=100.0, isl_mean=600, osl_mean=3, spread=0.0))
+    backend = Backend.VLLM if order is HandoffOrder.SOURCE_FIRST else Backend.SGLANG
+    pargs = EngineArgs(backend=backend, worker_type=WorkerType.PREFILL, block_size=64,
+                       kv_transfer_bandwidth=bandwidth, kv_bytes_per_token=kv_bytes)
+    dargs = EngineArgs(backend=backend, worker_type=WorkerType.DECODE, block_size=64)
+    prefill = [FakeWorker(pargs, i, prefill_ms=prefill_ms, reject_prompts_over=reject_over) for i in range(n_prefill)]
+    decode = [
+        FakeWorker(dargs, i, decode_ms=(decode_ms_per_worker[i] if decode_ms_per_worker else decode_ms), capacity=capacity)
+        for i in range(n_decode)
+    ]
+    for d in decode:
+        d.never_reserve = never_reserve
+    records = io.StringIO()
+    events = io.StringIO()
+    collector = Collector(workload.num_requests)
+    rt = DisaggRuntime(
+        admission=AdmissionQueue(workload, max_in_flight=max_in_flight),
+        prefill_args=pargs,
+        decode_args=dargs,
+        prefill_workers=prefill,  # type: ignore[arg-type]
+        decode_workers=decode,  # type: ignore[arg-type]
+        order=order,
+        collector=collector,
+        max_sim_time_ms=max_sim_time_ms,
+        records=records,
+        events=events,
+    )
+    for w in (*prefill, *decode):
+        w.clock = lambda: rt.now_ms
+    for t, rid, cls in inject:
+        rt.inject(t, rid, cls)
+    rt.run()
+    rt.write_incomplete_records()
+    summary = build_summary(collector, handoff_order=order.value, sla=SlaThresholds())
+    recs = [json.loads(line) for line in records.getvalue().splitlines()]
+    evs = [json.loads(line) for line in events.getvalue().splitlines()[1:]]
+    return FakeRun(rt, prefill, decode, recs, evs, summary)

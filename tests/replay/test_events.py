@@ -1,0 +1,86 @@
+"""Event heap ordering (time, phase rank, sequence) and the fixed-point drain helper."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dmocker.replay.events import (
+    DeadEndError,
+    EventKind,
+    EventQueue,
+    ReplayInvariantError,
+    drain_to_fixed_point,
+    next_time,
+)
+
+
+def test_same_time_events_pop_in_phase_then_push_order() -> None:
+    q: EventQueue[str] = EventQueue()
+    q.push(5.0, EventKind.TRANSFER_COMPLETE, "t1")
+    q.push(5.0, EventKind.PASS_COMPLETION, "p1")
+    q.push(5.0, EventKind.PASS_COMPLETION, "p2")
+    q.push(4.0, EventKind.TRANSFER_COMPLETE, "early")
+    assert q.peek_time() == 4.0
+    assert q.pop_ready(5.0, EventKind.TRANSFER_COMPLETE) == (False, None)  # not due at 5 yet: 4 is first
+    assert q.pop_ready(4.0, EventKind.TRANSFER_COMPLETE) == (True, "early")
+    # a transfer at 5 waits until every pass completion at 5 has been popped
+    assert q.pop_ready(5.0, EventKind.TRANSFER_COMPLETE) == (False, None)
+    assert q.pop_ready(5.0, EventKind.PASS_COMPLETION) == (True, "p1")
+    assert q.pop_ready(5.0, EventKind.PASS_COMPLETION) == (True, "p2")
+    assert q.pop_ready(5.0, EventKind.TRANSFER_COMPLETE) == (True, "t1")
+    assert len(q) == 0 and q.peek_time() is None
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from(list(EventKind))), max_size=40))
+def test_pop_order_is_time_rank_sequence(items: list[tuple[int, EventKind]]) -> None:
+    q: EventQueue[int] = EventQueue()
+    for i, (t, k) in enumerate(items):
+        q.push(float(t), k, i)
+    popped = [q.pop_top() for _ in range(len(items))]
+    expected = [i for i, _ in sorted(enumerate(items), key=lambda e: (e[1][0], int(e[1][1]), e[0]))]
+    assert popped == expected
+
+
+def test_retain_keeps_order() -> None:
+    q: EventQueue[int] = EventQueue()
+    for i in range(10):
+        q.push(float(i % 3), EventKind.TRANSFER_COMPLETE, i)
+    assert q.retain(lambda kind, p: p % 2 == 0) == 5
+    assert [q.pop_top() for _ in range(5)] == [0, 6, 4, 2, 8]
+
+
+def test_non_finite_times_are_refused() -> None:
+    q: EventQueue[int] = EventQueue()
+    with pytest.raises(ReplayInvariantError):
+        q.push(math.inf, EventKind.PASS_COMPLETION, 1)
+    with pytest.raises(ReplayInvariantError):
+        q.push(math.nan, EventKind.PASS_COMPLETION, 1)
+
+
+def test_next_time() -> None:
+    assert next_time(None, None) is None
+    assert next_time(3.0, None, 2.0) == 2.0
+
+
+def test_drain_reaches_a_fixed_point_and_refuses_to_spin() -> None:
+    budget = [3]
+
+    def phase() -> bool:
+        if budget[0]:
+            budget[0] -= 1
+            return True
+        return False
+
+    assert drain_to_fixed_point([phase, lambda: False]) == 4
+    with pytest.raises(ReplayInvariantError, match="fixed point"):
+        drain_to_fixed_point([lambda: True], max_sweeps=10)
+
+
+def test_dead_end_message_lists_requests() -> None:
+    err = DeadEndError(12.5, [f"request {i}" for i in range(12)])
+    assert "12 request(s)" in str(err) and "request 0" in str(err) and "(+2 more)" in str(err)
