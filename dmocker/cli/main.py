@@ -9,7 +9,7 @@ from typing import Sequence
 
 #: Verb modules, in help order. A module that fails to import is skipped, never fatal.
 #: What plain ``dmocker`` runs.
-DEFAULT_VERB = "demo"
+DEFAULT_VERB = "replay"
 VERBS = ("demo", "replay", "spec_cmd", "check", "conform", "diagram")
 
 
