@@ -95,7 +95,9 @@ class _Plan:
 class _Compiled:
     """Per-(spec, order) lookups precomputed once and shared by every coordinator."""
 
-    __slots__ = ("table", "rows", "start", "fact_events", "outcome_events", "clears_journal", "allowed", "cleanup")
+    __slots__ = (
+        "table", "rows", "start", "fact_events", "outcome_events", "outcome_by_type", "clears_journal", "allowed", "cleanup"
+    )
 
     def __init__(self, spec: ProtocolSpec, order: HandoffOrder) -> None:
         self.table: CompiledTable = compile_table(spec, order)
@@ -108,6 +110,11 @@ class _Compiled:
                 continue
             for kind in OutcomeKind:
                 self.outcome_events[(action.name, kind)] = events.index(f"{action.name}.{kind.value}")
+        # Hot path: action type -> {outcome kind -> event index} (no tuple key to build per call).
+        self.outcome_by_type: dict[type, dict[OutcomeKind, int]] = {
+            cls: {kind: event for (name, kind), event in self.outcome_events.items() if name == action_name}
+            for action_name, cls in _ACTION_TYPES.items()
+        }
         self.clears_journal = frozenset(a.name for a in spec.actions if a.clears_journal)
         self.allowed = {a.name: a.allowed for a in spec.actions}
         self.cleanup = frozenset(a.name for a in spec.actions if a.cleanup)
@@ -268,8 +275,8 @@ class HandoffCoordinator:
                 HandoffErrorKind.CONFLICTING_OUTCOME,
                 f"conflicting outcome for handoff action {action_id}: {_show(outcome)} after {_show(previous)}",
             )
+        event = self._c.outcome_by_type[type(action)].get(outcome.kind)
         name = _ACTION_NAMES[type(action)]
-        event = self._c.outcome_events.get((name, outcome.kind))
         if event is None:
             raise HandoffError(HandoffErrorKind.INVALID_OUTCOME, f"{name} takes no outcome, got {_show(outcome)}")
         entry = self._c.rows[self._state][event]
