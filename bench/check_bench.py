@@ -20,7 +20,6 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--mutants", action="store_true", help="also time the mutant catalogue")
-    ap.add_argument("--evaluator", default="checker", choices=("checker", "shared"))
     args = ap.parse_args()
     spec = load_spec()
     target = load_target(None)
@@ -28,7 +27,7 @@ def main() -> int:
     walls: list[float] = []
     for _ in range(args.repeat):
         t0 = time.perf_counter()
-        report = check(target, spec=spec, evaluator=args.evaluator)
+        report = check(target, spec=spec)
         walls.append(time.perf_counter() - t0)
         assert report.exit_code == 0, report.first_failure()
         for o in report.orders:
@@ -44,7 +43,7 @@ def main() -> int:
     if args.mutants:
         t0 = time.perf_counter()
         catalogue = load_catalogue(Path(__file__).resolve().parents[1] / "tests" / "mutants")
-        results = [run_mutant(m, spec=spec, evaluator=args.evaluator) for m in catalogue]
+        results = [run_mutant(m, spec=spec) for m in catalogue]
         print()
         print(kill_table(results), end="")
         print(f"mutant catalogue: {time.perf_counter() - t0:.2f} s")

@@ -15,14 +15,14 @@ from dmocker.check.core import CheckReport, OrderReport, PropertyResult, Status,
 from dmocker.check.counterexample import Counterexample, load_counterexample, run_steps
 from dmocker.check.explore import DEFAULT_MAX_STATES, DEFAULT_STEP_BOUND, Exploration, explore
 from dmocker.check.inputs import DeliverFact, DeliverOutcome, EnvInput, Start
-from dmocker.check.invariants import BUILTIN_INVARIANTS, Monitor, Violation, build_monitor
+from dmocker.check.invariants import API_CONTRACT, Monitor, SafetyProperty, Violation, safety_properties
 from dmocker.check.mutants import Mutant, MutantResult, kill_table, load_catalogue, run_mutant
 from dmocker.check.report import render_json, render_junit, render_text
 from dmocker.check.target import Target, TargetError, load_target, target_from_factory
 from dmocker.check.values import DEFAULT_VALUES, InitialConfig, ValueSet
 
 __all__ = [
-    "BUILTIN_INVARIANTS",
+    "API_CONTRACT",
     "CheckReport",
     "Counterexample",
     "DEFAULT_MAX_STATES",
@@ -38,13 +38,13 @@ __all__ = [
     "MutantResult",
     "OrderReport",
     "PropertyResult",
+    "SafetyProperty",
     "Start",
     "Status",
     "Target",
     "TargetError",
     "ValueSet",
     "Violation",
-    "build_monitor",
     "check",
     "check_order",
     "explore",
@@ -57,5 +57,6 @@ __all__ = [
     "render_text",
     "run_mutant",
     "run_steps",
+    "safety_properties",
     "target_from_factory",
 ]

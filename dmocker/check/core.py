@@ -2,8 +2,8 @@
 
 Properties, in report order:
 
-1. the spec's safety invariants for the order, then the checker's built-in ones (API contract,
-   each action once per epoch) — decided on the fly during the search;
+1. the spec's safety invariants for the order (evaluated by :mod:`dmocker.handoff.monitor`),
+   then the checker's own ``api_contract`` — decided on the fly during the search;
 2. ``no_deadlock`` — no reachable state that is not complete has zero inputs that change it or
    make it issue something;
 3. ``termination`` — fairness assumption: the environment calls ``start()``, answers the
@@ -40,7 +40,7 @@ from dmocker.check.explore import (
     liveness_nodes,
 )
 from dmocker.check.inputs import EnvInput
-from dmocker.check.invariants import CombinedMonitor, build_monitor
+from dmocker.check.invariants import Monitor, safety_properties
 from dmocker.check.target import Target
 from dmocker.check.values import DEFAULT_VALUES, ValueSet
 
@@ -151,7 +151,7 @@ def _cex(ex: Exploration, target: Target, values: ValueSet, prop: str, kind: Cou
 def check_order(
     target: Target,
     order: HandoffOrder,
-    monitor: CombinedMonitor,
+    monitor: Monitor,
     values: ValueSet = DEFAULT_VALUES,
     *,
     max_states: int = DEFAULT_MAX_STATES,
@@ -160,7 +160,7 @@ def check_order(
 ) -> OrderReport:
     ex = explore(target, order, monitor, values, max_states=max_states, stop_at_first=stop_at_first)
     props: list[PropertyResult] = []
-    for decl in monitor.decls:
+    for decl in safety_properties(monitor):
         hit = ex.safety.get(decl.id)
         if hit is not None:
             cex = _cex(ex, target, values, decl.id, CounterexampleKind.SAFETY, hit.violation.message, hit.node, [hit.input])
@@ -240,12 +240,11 @@ def check(
     max_states: int = DEFAULT_MAX_STATES,
     step_bound: int = DEFAULT_STEP_BOUND,
     stop_at_first: bool = True,
-    evaluator: str = "checker",
 ) -> CheckReport:
     """Check ``target`` in each of ``orders`` against the spec's invariants and the liveness properties."""
     spec = spec if spec is not None else load_spec()
     reports = tuple(
-        check_order(target, order, build_monitor(spec, order, evaluator), values, max_states=max_states,
+        check_order(target, order, Monitor.for_order(spec, order), values, max_states=max_states,
                     step_bound=step_bound, stop_at_first=stop_at_first)
         for order in orders
     )

@@ -33,7 +33,7 @@ from dmocker.check.inputs import (
     input_from_json,
     input_to_json,
 )
-from dmocker.check.invariants import CombinedMonitor, MonitorState, StepEvent, Violation
+from dmocker.check.invariants import Monitor, MonitorState, Violation, safety_step, step_event
 from dmocker.check.target import Target
 from dmocker.check.values import DEFAULT_VALUES, InitialConfig
 
@@ -218,7 +218,7 @@ class ReplayResult:
 
 
 def run_steps(
-    target: Target, cex: Counterexample, monitor: CombinedMonitor
+    target: Target, cex: Counterexample, monitor: Monitor
 ) -> ReplayResult:
     """Re-run ``cex`` on a fresh coordinator and decide whether its failure reproduces."""
     config = cex.config()
@@ -234,8 +234,9 @@ def run_steps(
         changed = before != after
         done, completion, problem = read_completion(obj)
         answered = env.name_of(inp.action_id) if isinstance(inp, DeliverOutcome) else None
-        ev = StepEvent(inp, cex.handoff_id, answered, reaction.issued, reaction.error, reaction.api_problem or problem, changed, completion)
-        mon, violations = monitor.step(mon, ev)
+        ev = step_event(inp, cex.handoff_id, answered, reaction.issued, reaction.error, reaction.api_problem or problem,
+                        changed, completion)
+        mon, violations = safety_step(monitor, mon, ev)
         env = next_env(env, inp, reaction, changed)
         seen.update(v.invariant for v in violations)
         if reaction.api_problem:

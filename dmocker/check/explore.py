@@ -34,7 +34,7 @@ from dmocker.check.env import (
     read_completion,
 )
 from dmocker.check.inputs import TERMINAL_FACT_NAMES, DeliverFact, DeliverOutcome, EnvInput, describe_input
-from dmocker.check.invariants import CombinedMonitor, MonitorState, StepEvent, Violation
+from dmocker.check.invariants import Monitor, MonitorState, Violation, safety_step, step_event
 from dmocker.check.target import CoordinatorLike, Target, TargetError
 from dmocker.check.values import DEFAULT_VALUES, InitialConfig, ValueSet
 
@@ -115,7 +115,7 @@ class Exploration:
 def explore(
     target: Target,
     order: HandoffOrder,
-    monitor: CombinedMonitor,
+    monitor: Monitor,
     values: ValueSet = DEFAULT_VALUES,
     *,
     max_states: int = DEFAULT_MAX_STATES,
@@ -191,7 +191,7 @@ def explore(
         own_terminal = frozenset(terminal_idx)
         fair = fair_input(env, hid, values.configs[root])
         cancel = cancel_input(env)
-        success_phase = mon.success_phase
+        success_phase = Monitor.reopen_armed(mon)
         term_next = [u] * len(terminal_idx)
         work = _clone(target, base)
         dirty = False
@@ -234,8 +234,8 @@ def explore(
                 done, completion, problem = read_completion(work)
                 api_problem = reaction.api_problem or problem
                 answered = env.name_of(inp.action_id) if isinstance(inp, DeliverOutcome) else None
-                ev = StepEvent(inp, hid, answered, reaction.issued, reaction.error, api_problem, changed, completion)
-                mon_v, violations = monitor.step(mon, ev)
+                ev = step_event(inp, hid, answered, reaction.issued, reaction.error, api_problem, changed, completion)
+                mon_v, violations = safety_step(monitor, mon, ev)
                 env_v = next_env(env, inp, reaction, changed)
                 key = (root, ckey_v, env_v.key(), mon_v)
                 found = index.get(key)

@@ -99,7 +99,6 @@ def run_mutant(
     values: ValueSet = DEFAULT_VALUES,
     max_states: int = MUTANT_MAX_STATES,
     step_bound: int = DEFAULT_STEP_BOUND,
-    evaluator: str = "checker",
 ) -> MutantResult:
     try:
         target = target_from_factory(mutant.factory, f"mutant:{mutant.name}")
@@ -109,7 +108,7 @@ def run_mutant(
     for order in orders:
         t0 = time.perf_counter()
         report = check(target, (order,), spec=spec or load_spec(), values=values,
-                       max_states=max_states, step_bound=step_bound, evaluator=evaluator)
+                       max_states=max_states, step_bound=step_bound)
         o = report.orders[0]
         first = report.first_failure()
         if first is None:

@@ -17,7 +17,7 @@ from dmocker.check.core import check
 from dmocker.check.counterexample import load_counterexample, run_steps, write_json_atomic, write_text_atomic
 from dmocker.check.explore import DEFAULT_MAX_STATES, DEFAULT_STEP_BOUND
 from dmocker.check.inputs import InputFormatError
-from dmocker.check.invariants import EVALUATORS, InvariantError, build_monitor
+from dmocker.check.invariants import InvariantError, Monitor
 from dmocker.check.mutants import DEFAULT_CATALOGUE, CatalogueError, kill_table, load_catalogue, run_mutant
 from dmocker.check.report import render_json, render_junit, render_text
 from dmocker.check.target import DEFAULT_TARGET, TargetError, load_target
@@ -65,9 +65,6 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
     p.add_argument("--replay", metavar="FILE", help="re-run a saved counterexample step by step")
     p.add_argument("--mutants", nargs="?", const=str(DEFAULT_CATALOGUE), metavar="DIR",
                    help=f"run the mutant catalogue (default {DEFAULT_CATALOGUE}) and print the kill table")
-    p.add_argument("--evaluator", choices=EVALUATORS, default="checker",
-                   help="who evaluates the spec invariants: the checker's own monitor (default, fastest) or "
-                        "the shared dmocker.handoff.monitor.InvariantMonitor")
     p.add_argument("--spec", metavar="PATH", help="protocol spec (default: the repository's spec/handoff.json)")
     p.add_argument("-v", "--verbose", action="store_true", help="print every property's message")
     p.set_defaults(func=run)
@@ -91,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         target = load_target(args.coordinator)
         report = check(target, orders, spec=spec, max_states=args.max_states,
-                       step_bound=args.step_bound, stop_at_first=not args.all, evaluator=args.evaluator)
+                       step_bound=args.step_bound, stop_at_first=not args.all)
     except (TargetError, InvariantError) as exc:
         return _err(str(exc))
     paths: dict[tuple[str, str], str] = {}
@@ -102,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
                 path = Path(args.cex_dir) / f"{o.order.value}-{p.name}.json"
                 write_json_atomic(path, p.counterexample.to_json())
                 paths[(o.order.value, p.name)] = str(path)
-                monitor = build_monitor(spec, o.order, args.evaluator)
+                monitor = Monitor.for_order(spec, o.order)
                 traces[(o.order.value, p.name)] = run_steps(target, p.counterexample, monitor).lines()
     sys.stdout.write(render_text(report, paths, verbose=args.verbose, traces=traces))
     if args.json:
@@ -118,7 +115,7 @@ def _run_replay(args: argparse.Namespace, spec: ProtocolSpec) -> int:
         target = load_target(args.coordinator or cex.coordinator)
     except (InputFormatError, TargetError) as exc:
         return _err(str(exc))
-    monitor = build_monitor(spec, cex.order, args.evaluator)
+    monitor = Monitor.for_order(spec, cex.order)
     result = run_steps(target, cex, monitor)
     print(f"replay {args.replay}: {target.name}, order {cex.order.value}, {cex.kind.value} counterexample for {cex.property_name}")
     print(f"  root: {cex.root_label}")
@@ -131,8 +128,7 @@ def _run_replay(args: argparse.Namespace, spec: ProtocolSpec) -> int:
 def _run_mutants(args: argparse.Namespace, spec: ProtocolSpec, orders: tuple[HandoffOrder, ...]) -> int:
     try:
         catalogue = load_catalogue(args.mutants)
-        results = [run_mutant(m, orders, spec=spec, step_bound=args.step_bound,
-                              evaluator=args.evaluator) for m in catalogue]
+        results = [run_mutant(m, orders, spec=spec, step_bound=args.step_bound) for m in catalogue]
     except CatalogueError as exc:
         return _err(str(exc))
     sys.stdout.write(kill_table(results))

@@ -24,16 +24,55 @@ JsonValue: TypeAlias = Union[None, bool, int, float, str, Sequence["JsonValue"],
 KNOWN_GUARDS = ("bandwidth_valid", "full_prompt_delay_valid", "scheduled_delay_valid")
 #: Data slots a transition may store from the fact it handles.
 KNOWN_STORES = ("transfer_timing", "transferable_prompt_tokens")
-KNOWN_INVARIANT_KINDS = (
-    "precedes",
-    "precedes_all",
-    "at_most_between",
-    "after_only",
-    "delay_finite_nonnegative",
-    "rejection_atomic",
-    "clean_at_cancel",
-    "responds",
-)
+#: Each invariant kind and its parameters (name -> shape).  Shapes: ``atom`` (one atom),
+#: ``atoms`` (a list of atoms), ``atom?`` (an optional atom), ``count`` (an integer >= 0),
+#: ``action`` (an action name), ``sides`` (acquiring action -> list of cleaning actions).
+#: The monitor (:mod:`dmocker.handoff.monitor`) gives each kind its meaning; spec/README.md
+#: documents both.
+INVARIANT_PARAMS: Mapping[str, Mapping[str, str]] = {
+    "precedes": {"first": "atom", "then": "atom"},
+    "precedes_all": {"first": "atoms", "then": "atom"},
+    "at_most_between": {"atom": "atom", "count": "count", "reset": "atom?"},
+    "once_between": {"atoms": "atoms", "reset": "atom"},
+    "after_only": {"after": "atom", "allowed": "atoms"},
+    "delay_finite_nonnegative": {"action": "action"},
+    "rejection_atomic": {},
+    "clean_at_cancel": {"sides": "sides"},
+    "responds": {"trigger": "atom", "response": "atom"},
+}
+KNOWN_INVARIANT_KINDS = tuple(INVARIANT_PARAMS)
+#: Atoms that name no action or fact (see spec/README.md, ``invariants``).
+FIXED_ATOMS = ("complete:success", "complete:canceled", "fact_after_success:terminal")
+
+
+def invariant_shape_problems(kind: str, params: Mapping[str, object]) -> list[str]:
+    """What is wrong with an invariant's parameters for its kind (empty: nothing).
+
+    Shapes only; whether the atoms name real actions and facts is checked by the loader, which
+    knows the spec's names.  Shared by the loader and by :class:`dmocker.handoff.monitor.Monitor`
+    (which may be given hand-built invariants).
+    """
+    shapes = INVARIANT_PARAMS.get(kind)
+    if shapes is None:
+        return [f"unknown invariant kind {kind!r} (known: {', '.join(KNOWN_INVARIANT_KINDS)})"]
+    problems = [f"unknown parameter {k!r} for kind {kind!r}" for k in params if k not in shapes]
+    for name, shape in shapes.items():
+        value = params.get(name)
+        if value is None:
+            if not shape.endswith("?"):
+                problems.append(f"missing parameter {name!r}")
+        elif shape in ("atom", "atom?", "action") and not isinstance(value, str):
+            problems.append(f"parameter {name!r} must be a string, got {value!r}")
+        elif shape == "atoms" and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            problems.append(f"parameter {name!r} must be a list of strings, got {value!r}")
+        elif shape == "count" and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            problems.append(f"parameter {name!r} must be an integer >= 0, got {value!r}")
+        elif shape == "sides" and not (
+            isinstance(value, Mapping)
+            and all(isinstance(v, list) and all(isinstance(c, str) for c in v) for v in value.values())
+        ):
+            problems.append(f"parameter {name!r} must map each acquiring action to a list of action names")
+    return problems
 
 
 class SpecError(ValueError):
@@ -485,12 +524,15 @@ def parse_spec(raw: object, path: str = "<spec>") -> ProtocolSpec:
         el = f"invariants[{i}]"
         iobj = ctx.obj(iraw, el)
         iid = ctx.string(ctx.get(iobj, "id", el), f"{el}.id")
+        if any(inv.id == iid for inv in invariants):
+            raise ctx.fail(f"{el}.id", f"duplicate invariant id {iid!r}")
         kind = ctx.string(ctx.get(iobj, "kind", el), f"{el}.kind")
-        if kind not in KNOWN_INVARIANT_KINDS:
-            raise ctx.fail(f"{el} (id {iid!r})", f"unknown invariant kind {kind!r}")
         inv_orders = tuple(HandoffOrder(o) for o in ctx.strings(iobj.get("orders", list(orders_raw)), f"{el}.orders"))
         params = {k: v for k, v in iobj.items() if k not in ("id", "kind", "orders", "doc")}
-        _check_invariant_atoms(ctx, f"{el} (id {iid!r})", params, action_names, fact_names)
+        problems = invariant_shape_problems(kind, params)
+        if problems:
+            raise ctx.fail(f"{el} (id {iid!r})", "; ".join(problems))
+        _check_invariant_atoms(ctx, f"{el} (id {iid!r})", kind, params, action_names, fact_names, outcome_kinds)
         invariants.append(Invariant(iid, kind, inv_orders, str(iobj.get("doc", "")), params))  # type: ignore[arg-type]
 
     return ProtocolSpec(
@@ -517,26 +559,55 @@ def parse_spec(raw: object, path: str = "<spec>") -> ProtocolSpec:
 
 
 def _check_invariant_atoms(
-    ctx: _Ctx, element: str, params: dict[str, object], actions: set[str], facts: set[str]
+    ctx: _Ctx,
+    element: str,
+    kind: str,
+    params: dict[str, object],
+    actions: set[str],
+    facts: set[str],
+    outcome_kinds: Sequence[str],
 ) -> None:
-    """Every atom an invariant mentions (``issue:X``, ``fact:Y``, ``answer:X:K``) must exist."""
+    """Every atom and action an invariant mentions must exist (shapes are already checked).
 
-    def atoms(value: object) -> list[str]:
-        if isinstance(value, str):
-            return [value]
-        if isinstance(value, list):
-            return [v for v in value if isinstance(v, str)]
-        return []
-
-    for key in ("first", "then", "atom", "allowed", "response"):
-        for atom in atoms(params.get(key)):
-            head, _, rest = atom.partition(":")
-            name = rest.split(":")[0]
-            if head == "issue" and name not in actions:
-                raise ctx.fail(element, f"unknown action {name!r} in {atom!r}")
-            if head == "fact" and name not in facts:
-                raise ctx.fail(element, f"unknown fact {name!r} in {atom!r}")
-            if head == "answer" and name not in actions:
-                raise ctx.fail(element, f"unknown action {name!r} in {atom!r}")
-            if head not in ("issue", "fact", "answer"):
-                raise ctx.fail(element, f"unknown atom {atom!r}")
+    Atoms: ``issue:A`` and ``answer:A:K`` (A an action, K an outcome kind), ``fact:F`` (F a
+    fact), and the fixed ones in :data:`FIXED_ATOMS`.
+    """
+    for key, shape in INVARIANT_PARAMS[kind].items():
+        value = params.get(key)
+        if value is None:
+            continue
+        if shape == "action":
+            if value not in actions:
+                raise ctx.fail(element, f"{key}: unknown action {value!r}")
+            continue
+        if shape == "sides":
+            assert isinstance(value, dict)
+            for acquire, cleaners in value.items():
+                for name in [acquire, *cleaners]:
+                    if name not in actions:
+                        raise ctx.fail(element, f"{key}: unknown action {name!r}")
+            continue
+        if shape == "count":
+            continue
+        for atom in value if isinstance(value, list) else [value]:
+            head, _, rest = str(atom).partition(":")
+            parts = rest.split(":")
+            if atom in FIXED_ATOMS:
+                continue
+            if head == "issue" and len(parts) == 1:
+                if parts[0] not in actions:
+                    raise ctx.fail(element, f"{key}: unknown action {parts[0]!r} in {atom!r}")
+            elif head == "fact" and len(parts) == 1:
+                if parts[0] not in facts:
+                    raise ctx.fail(element, f"{key}: unknown fact {parts[0]!r} in {atom!r}")
+            elif head == "answer" and len(parts) == 2:
+                if parts[0] not in actions:
+                    raise ctx.fail(element, f"{key}: unknown action {parts[0]!r} in {atom!r}")
+                if parts[1] not in outcome_kinds:
+                    raise ctx.fail(element, f"{key}: unknown outcome kind {parts[1]!r} in {atom!r}")
+            else:
+                raise ctx.fail(
+                    element,
+                    f"{key}: unknown atom {atom!r} (expected issue:A, fact:F, answer:A:K or one of "
+                    + ", ".join(FIXED_ATOMS) + ")",
+                )

@@ -5,8 +5,10 @@ environment delivers, at any step, any fact (duplicates, foreign ids, adversaria
 any outcome for any issued or unknown action id (valid, invalid, FAILED, conflicting), a
 second ``start()``, a non-finite fallback, and "healthy" progress (the right answer to the
 oldest open action, or the fact that is due) so that runs reach success, reopen and late
-cleanup.  After every step it checks the spec's invariants (:mod:`dmocker.handoff.monitor`)
-and that a rejected input changed nothing; Hypothesis shrinks a failure to a short step list.
+cleanup.  After every step it checks the spec's invariants with the same evaluator as
+``dmocker check`` (:class:`dmocker.handoff.monitor.Monitor`; ``rejection_changes_nothing``
+compares snapshots before and after each input); Hypothesis shrinks a failure to a short
+step list.
 
 Usage::
 
@@ -22,7 +24,7 @@ from typing import Callable, Hashable, Protocol
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from dmocker.handoff.monitor import InvariantMonitor, Observation
+from dmocker.handoff.monitor import Monitor, MonitorState, StepEvent
 from dmocker.handoff.spec import ProtocolSpec, load_spec
 from dmocker.handoff.types import (
     Canceled,
@@ -130,15 +132,24 @@ def coordinator_state_machine(
         def __init__(self) -> None:
             super().__init__()
             self.coordinator = factory(handoff_id, order)
-            self.monitor = InvariantMonitor(the_spec, order)
+            self.monitor = Monitor.for_order(the_spec, order)
+            self.monitor_state: MonitorState = self.monitor.initial
             self.issued: list[IssuedAction] = []
+            #: action name per issued id (the first issue wins, as in the checker)
+            self.names: dict[int, str] = {}
             self.answered: dict[int, Outcome] = {}
             self.facts: set[str] = set()
             self.violations: list[str] = []
 
         # --- delivery with bookkeeping --------------------------------------------------
 
-        def _deliver(self, obs_input: str, call: Callable[[], list[IssuedAction]], **fields: object) -> None:
+        def _deliver(
+            self,
+            call: Callable[[], list[IssuedAction]],
+            fact: Fact | None = None,
+            action_id: int | None = None,
+            outcome: Outcome | None = None,
+        ) -> None:
             before = structural_key(self.coordinator)
             error = None
             issued: list[IssuedAction] = []
@@ -146,41 +157,40 @@ def coordinator_state_machine(
                 issued = list(call())
             except HandoffError as exc:
                 error = exc.kind
-            changed = structural_key(self.coordinator) != before if error is not None else None
-            obs = Observation(
-                input=obs_input,  # type: ignore[arg-type]
+            changed = structural_key(self.coordinator) != before
+            answered = self.names.get(action_id) if action_id is not None else None
+            event = StepEvent(
+                handoff_id,
+                fact=fact,
+                outcome=outcome,
+                answered_action=answered,
                 issued=tuple(issued),
                 error=error,
                 changed=changed,
                 completion=self.coordinator.completion,
-                **fields,  # type: ignore[arg-type]
             )
             if error is None:
-                fact = fields.get("fact")
                 if fact is not None:
                     self.facts.add(type(fact).__name__)
-                aid = fields.get("action_id")
-                outcome = fields.get("outcome")
-                if isinstance(aid, int) and isinstance(outcome, Outcome) and aid not in self.answered:
-                    if any(a.id == aid for a in self.issued):
-                        self.answered[aid] = outcome
+                if action_id is not None and outcome is not None and answered is not None:
+                    self.answered.setdefault(action_id, outcome)
             self.issued.extend(issued)
-            found = self.monitor.observe(obs)
+            for a in issued:
+                self.names.setdefault(a.id, type(a.action).__name__)
+            self.monitor_state, found = self.monitor.step(self.monitor_state, event)
             assert not found, "; ".join(f"{v.invariant}: {v.message}" for v in found)
 
         def _fact(self, fact: Fact) -> None:
-            self._deliver("fact", lambda: self.coordinator.on_fact(fact), fact=fact)
+            self._deliver(lambda: self.coordinator.on_fact(fact), fact=fact)
 
         def _outcome(self, aid: int, outcome: Outcome) -> None:
-            self._deliver(
-                "outcome", lambda: self.coordinator.on_action_outcome(aid, outcome), action_id=aid, outcome=outcome
-            )
+            self._deliver(lambda: self.coordinator.on_action_outcome(aid, outcome), action_id=aid, outcome=outcome)
 
         # --- rules ------------------------------------------------------------------------
 
         @rule()
         def start(self) -> None:
-            self._deliver("start", self.coordinator.start)
+            self._deliver(self.coordinator.start)
 
         @rule(timing=st.sampled_from(TIMINGS), foreign=st.booleans())
         def source_held(self, timing: TransferTiming, foreign: bool) -> None:
@@ -225,7 +235,7 @@ def coordinator_state_machine(
                     self._outcome(issued.id, Outcome(_GOOD.get(name, OutcomeKind.APPLIED)))
                     return True
             if not self.issued:
-                self._deliver("start", self.coordinator.start)
+                self._deliver(self.coordinator.start)
                 return True
             done = {type(a.action).__name__ for a in self.issued}
             if "SubmitPrefill" in done and "SourceHeld" not in self.facts and self._answered_ok("SubmitPrefill"):

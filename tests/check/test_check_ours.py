@@ -1,4 +1,4 @@
-"""Our coordinator passes every property in both orders, fast, with both evaluators."""
+"""Our coordinator passes every property in both orders, fast."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import dataclasses
 import networkx as nx
 
 from dmocker.check import DEFAULT_VALUES, Status, check, load_target, target_from_factory
-from dmocker.handoff import HandoffCoordinator, HandoffOrder
+from dmocker.check.core import Category
+from dmocker.handoff import HandoffCoordinator, HandoffOrder, load_spec
 from tests.mutants import WrappedCoordinator
 
 
@@ -44,9 +45,13 @@ def test_graph_is_networkx_and_bfs_depths_are_consistent() -> None:
     assert all(len(ex.path(n)[1]) == ex.depth[n] for n in range(0, ex.states, 37))
 
 
-def test_shared_evaluator_agrees_on_ours() -> None:
-    report = check(load_target(None), (HandoffOrder.SOURCE_FIRST,), evaluator="shared")
-    assert report.exit_code == 0
+def test_safety_properties_are_the_spec_invariants_then_api_contract() -> None:
+    spec = load_spec()
+    report = check(load_target(None), (HandoffOrder.SOURCE_FIRST,), spec=spec)
+    safety = [(p.name, p.source) for p in report.orders[0].properties if p.category is Category.SAFETY]
+    spec_ids = [inv.id for inv in spec.invariants_for(HandoffOrder.SOURCE_FIRST)]
+    assert safety == [(i, "spec") for i in spec_ids] + [("api_contract", "checker")]
+    assert "each_action_once_per_epoch" in spec_ids  # declared in the spec, not built into the checker
 
 
 class _Plain(WrappedCoordinator):

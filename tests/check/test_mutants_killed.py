@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from dmocker.check import Status, build_monitor, check, load_catalogue, run_mutant, target_from_factory
+from dmocker.check import Status, check, load_catalogue, run_mutant, target_from_factory
 from dmocker.check.counterexample import run_steps
 from dmocker.check.mutants import MutantResult, kill_table
 from dmocker.handoff import HandoffOrder, load_spec
+from dmocker.handoff.monitor import Monitor
 
 CATALOGUE = Path(__file__).resolve().parents[1] / "mutants"
 MUTANTS = load_catalogue(CATALOGUE)
@@ -96,7 +97,7 @@ def test_historical_counterexamples_replay(name: str) -> None:
     failure = report.first_failure()
     assert failure is not None and failure[1].counterexample is not None
     cex = failure[1].counterexample
-    monitor = build_monitor(load_spec(), cex.order)
+    monitor = Monitor.for_order(load_spec(), cex.order)
     assert run_steps(target, cex, monitor).reproduced
     # the same inputs do not break our coordinator
     assert not run_steps(target_from_factory(_ours()), cex, monitor).reproduced
@@ -120,9 +121,3 @@ def test_infinite_mutant_is_caught_on_the_fly() -> None:
     assert statuses["no_deadlock"] is Status.INCONCLUSIVE
     assert report.exit_code == 1
 
-
-def test_shared_evaluator_kills_the_historical_five() -> None:
-    for name in sorted(HISTORICAL):
-        (mutant,) = [m for m in MUTANTS if m.name == name]
-        result = run_mutant(mutant, (HandoffOrder.SOURCE_FIRST,), evaluator="shared")
-        assert result.killed, name

@@ -12,18 +12,19 @@ from functools import lru_cache
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dmocker.check import DEFAULT_VALUES, Exploration, build_monitor, explore, load_target
+from dmocker.check import DEFAULT_VALUES, Exploration, explore, load_target
 from dmocker.check.env import INITIAL_ENV, alphabet, next_env, react, read_completion
 from dmocker.check.inputs import DeliverFact, DeliverOutcome
-from dmocker.check.invariants import StepEvent
+from dmocker.check.invariants import safety_step, step_event
 from dmocker.handoff import HandoffOrder, load_spec
+from dmocker.handoff.monitor import Monitor
 
 TARGET = load_target(None)
 
 
 @lru_cache(maxsize=None)
 def _explored(order: HandoffOrder) -> Exploration:
-    return explore(TARGET, order, build_monitor(load_spec(), order), DEFAULT_VALUES, stop_at_first=False)
+    return explore(TARGET, order, Monitor.for_order(load_spec(), order), DEFAULT_VALUES, stop_at_first=False)
 
 
 @settings(max_examples=60, deadline=None)
@@ -50,7 +51,7 @@ def test_random_walks_never_violate_an_invariant(order: HandoffOrder, root: int,
     hid = DEFAULT_VALUES.handoff_id
     config = DEFAULT_VALUES.configs[root]
     facts = [DeliverFact(f) for f in config.facts(hid, DEFAULT_VALUES.foreign_id)]
-    monitor = build_monitor(load_spec(), order)
+    monitor = Monitor.for_order(load_spec(), order)
     mon = monitor.initial
     obj = TARGET.make(hid, order, config)
     env = INITIAL_ENV
@@ -62,8 +63,8 @@ def test_random_walks_never_violate_an_invariant(order: HandoffOrder, root: int,
         changed = TARGET.snapshot(obj) != before
         _, completion, problem = read_completion(obj)
         answered = env.name_of(inp.action_id) if isinstance(inp, DeliverOutcome) else None
-        event = StepEvent(inp, hid, answered, reaction.issued, reaction.error, reaction.api_problem or problem,
-                          changed, completion)
-        mon, violations = monitor.step(mon, event)
+        event = step_event(inp, hid, answered, reaction.issued, reaction.error, reaction.api_problem or problem,
+                           changed, completion)
+        mon, violations = safety_step(monitor, mon, event)
         assert violations == []
         env = next_env(env, inp, reaction, changed)
