@@ -222,7 +222,7 @@ def coordinator_state_machine(
         def set_fallback(self, fallback: float) -> None:
             self.coordinator.fallback_transfer_delay_ms = fallback
 
-        @rule(timing=st.sampled_from(TIMINGS[:3]), tokens=st.sampled_from(TOKENS[:3]), steps=st.integers(1, 12))
+        @rule(timing=st.sampled_from(TIMINGS), tokens=st.sampled_from(TOKENS), steps=st.integers(1, 12))
         def healthy_progress(self, timing: TransferTiming, tokens: int, steps: int) -> None:
             for _ in range(steps):
                 if not self._progress_once(timing, tokens):

@@ -75,3 +75,13 @@ def test_kit_flags_mutant(mutant: type[HandoffCoordinator], expected: str) -> No
 def test_kit_flags_catalogue_mutant(name: str, expected: str) -> None:
     (mutant,) = [m for m in MUTANTS if m.name == name]
     _flags(mutant.factory, expected, 100)
+
+
+HISTORICAL = [m for m in MUTANTS if m.historical]
+
+
+@pytest.mark.parametrize("name", [m.name for m in HISTORICAL])
+def test_kit_flags_every_historical_reference_bug(name: str) -> None:
+    """The five documented bugs of the reference, in a bounded profile, each named by its invariant."""
+    (mutant,) = [m for m in HISTORICAL if m.name == name]
+    _flags(mutant.factory, mutant.expected, 300)
