@@ -11,9 +11,13 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dmocker.handoff.spec import ProtocolSpec, SpecError, load_spec
 from dmocker.handoff.types import HandoffOrder
+
+if TYPE_CHECKING:
+    from dmocker.diagrams.model import Diagram
 
 HELP = "draw the protocol as Mermaid, DOT, SVG or PNG (from the spec)"
 
@@ -68,6 +72,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="draw the reachable product-state graph of the compiled table instead",
     )
+    parser.add_argument(
+        "--coordinator",
+        metavar="MODULE:CLASS",
+        default=None,
+        help="with --explored: draw the state graph the checker explores for this coordinator "
+        "(any class with HandoffCoordinator's public API) instead of the compiled table",
+    )
     parser.add_argument("--spec", metavar="PATH", default=None, help="spec file (default: spec/handoff.json)")
     parser.add_argument(
         "--update-docs",
@@ -85,6 +96,27 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def _error(message: str) -> int:
     print(f"dmocker diagram: error: {message}", file=sys.stderr)
     return 2
+
+
+def _explored_coordinator(spec: ProtocolSpec, target_text: str, order: HandoffOrder) -> "Diagram":
+    """The checker's explored state graph of a (user) coordinator, as a diagram."""
+    from dmocker.check import explore, load_target
+    from dmocker.check.target import TargetError
+    from dmocker.diagrams.graph import diagram_from_graph
+    from dmocker.handoff.monitor import Monitor
+
+    try:
+        target = load_target(target_text)
+    except TargetError as exc:
+        raise ValueError(str(exc)) from None
+    exploration = explore(target, order, Monitor.for_order(spec, order), stop_at_first=False)
+    graph = exploration.graph()
+    for node, data in graph.nodes(data=True):
+        completion = data.get("completion")
+        suffix = f"\ncomplete: {completion}" if completion else ""
+        data.setdefault("label", f"state {node} (depth {data.get('depth', '?')}){suffix}")
+    title = f"{target_text}, {order.value}: explored state graph ({graph.number_of_nodes()} states)"
+    return diagram_from_graph(graph, title=title)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -140,7 +172,15 @@ def run(args: argparse.Namespace) -> int:
     if args.explored and args.view is not None:
         return _error("--explored draws the whole product; it takes no --view")
     view = View.EXPLORED if args.explored else View(args.view or "flow")
-    diagram = build_diagram(spec, HandoffOrder.parse(args.order), view)
+    if args.coordinator is not None:
+        if not args.explored:
+            return _error("--coordinator draws an explored graph: add --explored")
+        try:
+            diagram = _explored_coordinator(spec, args.coordinator, HandoffOrder.parse(args.order))
+        except ValueError as exc:
+            return _error(str(exc))
+    else:
+        diagram = build_diagram(spec, HandoffOrder.parse(args.order), view)
     try:
         data = output(diagram, fmt)
     except (GraphvizMissing, GraphvizFailed) as exc:

@@ -107,3 +107,15 @@ def test_output_does_not_depend_on_hash_seed() -> None:
                               text=True, check=True, cwd=ROOT)
         outs.append(done.stdout)
     assert outs[0] == outs[1] and len(outs[0]) > 10_000
+
+
+def test_explored_graph_of_a_named_coordinator(tmp_path: Path) -> None:
+    """--explored --coordinator draws the checker's explored graph of any coordinator class."""
+    from dmocker.cli.main import main
+
+    out = tmp_path / "explored.dot"
+    assert main(["diagram", "--explored", "--coordinator", "dmocker.handoff:HandoffCoordinator", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert text.startswith("digraph") and "explored state graph" in text and "complete: success" in text
+    assert main(["diagram", "--coordinator", "dmocker.handoff:HandoffCoordinator"]) == 2
+    assert main(["diagram", "--explored", "--coordinator", "no_such_module:X"]) == 2
