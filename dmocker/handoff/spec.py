@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence, TypeAlias, Union
@@ -202,11 +203,23 @@ def default_spec_path() -> Path:
     override = os.environ.get("DMOCKER_SPEC")
     if override:
         return Path(override)
+    return spec_dir() / "handoff.json"
+
+
+def spec_dir() -> Path:
+    """The folder holding the protocol files: the repository's ``spec/`` (editable install or
+    checkout), else the copy a regular install puts under ``<prefix>/share/dmocker/spec``."""
+    override = os.environ.get("DMOCKER_SPEC")
+    if override:
+        return Path(override).parent
     here = Path(__file__).resolve()
     for parent in here.parents:
-        candidate = parent / "spec" / "handoff.json"
-        if candidate.is_file():
+        candidate = parent / "spec"
+        if (candidate / "handoff.json").is_file():
             return candidate
+    installed = Path(sys.prefix) / "share" / "dmocker" / "spec"
+    if (installed / "handoff.json").is_file():
+        return installed
     raise SpecError(
         "cannot find spec/handoff.json next to the dmocker package; set DMOCKER_SPEC "
         "(install with `pip install -e .` from the repository)"
