@@ -4,6 +4,7 @@ Drivers (replay, checker, conformance, user harnesses) import only from here.
 """
 
 from dmocker.handoff.coordinator import HandoffCoordinator
+from dmocker.handoff.monitor import Monitor, StepEvent, Violation
 from dmocker.handoff.spec import ProtocolSpec, SpecError, load_spec
 from dmocker.handoff.table import CompiledTable, compile_table
 from dmocker.handoff.types import (
@@ -52,6 +53,7 @@ __all__ = [
     "HandoffErrorKind",
     "HandoffOrder",
     "IssuedAction",
+    "Monitor",
     "Outcome",
     "OutcomeKind",
     "ProtocolSpec",
@@ -60,11 +62,13 @@ __all__ = [
     "SourceHeld",
     "SpecError",
     "StartTransfer",
+    "StepEvent",
     "SubmitPrefill",
     "TimedOut",
     "TransferCompleted",
     "TransferTiming",
     "TransferTimingMode",
+    "Violation",
     "compile_table",
     "load_spec",
     "order_for_engine",
