@@ -284,6 +284,7 @@ class Collector:
         "first_admitted",
         "gaps",
         "young",
+        "_cohort",
         "max_terminal_ms",
         "prefill_worker_seconds",
         "decode_worker_seconds",
@@ -302,6 +303,8 @@ class Collector:
         self.first_admitted = np.zeros(n, dtype=np.bool_)
         self.gaps = GapSketches()
         self.young: dict[int, int] = {}
+        # source -> (ids array of its last emission, time): see on_tokens
+        self._cohort: dict[int, tuple[npt.NDArray[np.int64], float]] = {}
         self.max_terminal_ms = 0.0
         self.prefill_worker_seconds = 0.0
         self.decode_worker_seconds = 0.0
@@ -319,18 +322,35 @@ class Collector:
         """A request entered a decode batch: watch it until its second token."""
         self.young[request_id] = self.tokens.item(request_id)
 
-    def on_tokens(self, ids: npt.NDArray[np.int64], t_ms: float) -> None:
+    def on_tokens(self, ids: npt.NDArray[np.int64], t_ms: float, source: int = -1) -> None:
         """One decode pass emitted one token for each of ``ids`` (unique) at ``t_ms``.
 
         Bulk work is five array operations; first and second token times are handled only for
         the few "young" requests (admitted, fewer than two tokens) with scalar updates, so the
         per-pass cost does not grow with the batch beyond the vectorised part.
+
+        ``source`` (a decode worker's index, >= 0) enables a shortcut: engines hand out the very
+        same (never mutated) ids array while a lockstep batch keeps its members, so when
+        ``ids`` *is* the array this source emitted last, every member last emitted at that
+        pass's time and the gaps are known without reading ``last_token``.  The result is the
+        same as the general path (one weighted gap).
         """
-        if ids.shape[0] == 0:
+        n = ids.shape[0]
+        if n == 0:
             return
         tokens = self.tokens
         tokens[ids] += 1
         last = self.last_token
+        if source >= 0:
+            cohort = self._cohort
+            seen = cohort.get(source)
+            cohort[source] = (ids, t_ms)
+            if seen is not None and seen[0] is ids:
+                last[ids] = t_ms
+                self.gaps.add_same(t_ms - seen[1], int(n))
+                if self.young:
+                    self._young_tokens(t_ms)
+                return
         prev = last[ids]  # NaN for a request's first token
         last[ids] = t_ms
         lo = _fmin(prev)
@@ -342,10 +362,15 @@ class Collector:
                 self.gaps.add_same(t_ms - float(lo), cont)
         elif lo == lo:
             self.gaps.add_many(t_ms - prev)  # NaNs are dropped at fold time
+        if self.young:
+            self._young_tokens(t_ms)
+
+    def _young_tokens(self, t_ms: float) -> None:
+        """First and second token times of the watched requests (after a pass's increment)."""
         young = self.young
         if young:
             done: list[int] = []
-            item = tokens.item
+            item = self.tokens.item
             for rid, seen in young.items():
                 now = item(rid)
                 if now == seen:

@@ -360,6 +360,16 @@ class DisaggRuntime:
                 changed = self._drive_pool(Stage.DECODE) or changed
             if not changed:
                 return
+            # Skip the confirming sweep when it provably finds nothing to do: every phase
+            # above is guarded by exactly one of these tests, so this is the same fixed point.
+            if (
+                not self._pending
+                and True not in dirty_p
+                and True not in dirty_d
+                and not (heap and (heap[0][0] == now or heap[0][1] == _TRANSFER or self._stale > 32))
+                and not admission.has_ready(now)
+            ):
+                return
             sweeps += 1
             if sweeps > 1_000_000:
                 raise ReplayInvariantError("drain did not reach a fixed point (a phase reports progress forever)")
@@ -432,7 +442,7 @@ class DisaggRuntime:
             dirty[stage][idx] = True
             if self._deferred[stage]:
                 self._wake_deferred(stage, idx)
-            self._process_pass(_STAGES[stage], completion)
+            self._process_pass(_STAGES[stage], completion, idx)
             changed = True
         return changed
 
@@ -495,7 +505,7 @@ class DisaggRuntime:
                     completion = w.finish_pass()
                     dirty[idx] = True
                     self._wake_deferred(stage, idx)
-                    self._process_pass(stage, completion)
+                    self._process_pass(stage, completion, idx)
                 else:
                     self._events.push(plan.end_ms, EventKind.PASS_COMPLETION, (int(stage), idx))
         return changed
@@ -531,7 +541,7 @@ class DisaggRuntime:
                         f"decode admission of request {req.rid} in phase {req.phase.value}"
                     )
 
-    def _process_pass(self, stage: Stage, done: PassCompletion) -> None:
+    def _process_pass(self, stage: Stage, done: PassCompletion, idx: int) -> None:
         live = self._live
         now = self.now_ms
         if stage == Stage.PREFILL:
@@ -547,7 +557,7 @@ class DisaggRuntime:
                 self._lifecycle(done.lifecycle)
             return
         # Decode: tokens, then terminals, then lifecycle facts (the reference's order).
-        self.collector.on_tokens(done.emitted, now)
+        self.collector.on_tokens(done.emitted, now, idx)
         if done.finished.shape[0] == 0 and not done.rejected:
             if done.lifecycle:
                 self._lifecycle(done.lifecycle)
@@ -616,8 +626,11 @@ class DisaggRuntime:
             actions = coord.start()
         except HandoffError as exc:  # pragma: no cover - start never rejects
             raise ReplayInvariantError(f"request {rid}: coordinator start failed: {exc}") from exc
-        self._log(req, prev, "start", None)
-        self._enqueue(req, actions)
+        if self._events_out is not None:
+            self._log(req, prev, "start", None)
+        for a in actions:
+            self._pending.append((req, a))
+            req.queued += 1
 
     def _finish_logical(self, req: _Req, *, remove_actions: bool) -> None:
         """The request's decode ended (or its handoff was canceled): free its logical slot."""

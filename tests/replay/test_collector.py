@@ -142,3 +142,31 @@ def test_stable_json_is_sorted_and_rounded() -> None:
 
 def test_request_uuid_is_deterministic() -> None:
     assert request_uuid(5) == request_uuid(5) != request_uuid(6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1), st.booleans(), st.integers(0, 3)), min_size=1, max_size=40))
+def test_source_shortcut_matches_general_path(steps: list[tuple[int, bool, int]]) -> None:
+    """Passing the emitting source (the reused-array shortcut) changes no number."""
+    members: dict[int, list[int]] = {0: [0, 1, 2], 1: [5, 6]}
+    arrays: dict[int, np.ndarray] = {w: np.array(m, dtype=np.int64) for w, m in members.items()}
+    plain, fast = Collector(10), Collector(10)
+    for c in (plain, fast):
+        for rid in range(10):
+            c.on_decode_admit(rid)
+    t = 0.0
+    for worker, change, extra in steps:
+        t += 1.0 + extra
+        if change:  # membership changes: a new array object (the engine never mutates one)
+            m = members[worker]
+            rid = (m[-1] + 1) if worker == 0 else (m[-1] + 1)
+            m.append(rid % 10 if rid % 10 not in members[1 - worker] else m[0])
+            members[worker] = sorted(set(m))
+            arrays[worker] = np.array(members[worker], dtype=np.int64)
+        plain.on_tokens(arrays[worker], t)
+        fast.on_tokens(arrays[worker], t, worker)
+    for name in ("tokens", "first_token", "second_token", "last_token"):
+        assert np.array_equal(getattr(plain, name), getattr(fast, name), equal_nan=True)
+    assert plain.gaps.itl_stats() == fast.gaps.itl_stats()
+    assert plain.gaps.per_user_stats() == fast.gaps.per_user_stats()
+    assert plain.gaps.itl.total == fast.gaps.itl.total

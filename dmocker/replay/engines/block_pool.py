@@ -29,6 +29,7 @@ drains them with :func:`dmocker.replay.engines.common.kv_events` at its visibili
 from __future__ import annotations
 
 from collections import OrderedDict
+from itertools import takewhile
 from typing import Sequence
 
 __all__ = ["BlockPool", "PRIVATE_HASH_BASE", "generated_block_ids"]
@@ -85,12 +86,9 @@ class BlockPool:
         refs = self.refs
         if not hashes or hashes[0] not in refs:
             return 0, 0, 0
-        present = [h in refs for h in hashes[:limit]]
-        try:
-            n = present.index(False)
-        except ValueError:
-            n = len(present)
-        vals = [refs[h] for h in hashes[:n]]
+        # the resident prefix ends at the first miss: stop probing there (C-level loop)
+        vals = list(map(refs.__getitem__, takewhile(refs.__contains__, hashes[:limit])))
+        n = len(vals)
         try:
             active = vals.index(0)
         except ValueError:

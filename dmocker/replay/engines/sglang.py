@@ -26,6 +26,14 @@ effects) between chunks and when it finishes or its held source is released, not
 allocation: a request cannot hit the pages of one still being prefilled or held (1.6.1).
 Activation at a destination publishes its unpublished complete pages (Stored).
 
+Hot path: a decode-only pass over the running batch runs on numpy arrays (sequence lengths,
+pages, output limits, ids; one entry per running request) instead of per-request Python: the
+arrays are authoritative while live, and are written back into the request objects before any
+other code path reads them (extend batch, retraction, aborts, invariant checks).  Anything
+unusual (a page shortage that needs retraction, a request with nothing to generate, unpublished
+prompt pages) falls back to the per-request step; a Hypothesis test replays random workloads
+through both and demands identical output.
+
 Pages are the blocks of :class:`~dmocker.replay.engines.block_pool.BlockPool` (page size = block
 size): radix nodes are chained page hashes, locked = referenced, evictable = inactive.  Because
 every access to a page also touches its whole prefix, LRU order there always evicts children
@@ -36,6 +44,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
+from itertools import compress
 from typing import Hashable
 
 import numpy as np
@@ -115,8 +124,10 @@ def _validate_request(req: EngineRequest, page: int) -> None:
 class SglangWorker:
     """One mock SGLang worker (see module docstring)."""
 
-    def __init__(self, args: EngineArgs, worker_idx: int = 0, *, record_kv_events: bool = False) -> None:
+    def __init__(self, args: EngineArgs, worker_idx: int = 0, *, record_kv_events: bool = False,
+                 vectorized: bool = True) -> None:
         self.args = args
+        self._allow_vec = vectorized  # False: always the per-request decode step (tests)
         self.worker_idx = worker_idx
         self._page = args.page_tokens
         self._caching = args.enable_prefix_caching
@@ -137,6 +148,14 @@ class SglangWorker:
         self._waiting: deque[_SReq] = deque()
         self._prebuilt: deque[_SReq] = deque()
         self._running: list[_SReq] = []
+        # Decode fast path: while ``_vec`` is set these arrays (one entry per ``_running`` request,
+        # same order) are authoritative for seq / npages / materialized; the objects are stale
+        # by ``_a_seq[i] - r.seq`` steps until :meth:`_sync_running` writes them back.
+        self._vec = False
+        self._a_seq: I64 = np.zeros(0, dtype=np.int64)
+        self._a_npg: I64 = np.zeros(0, dtype=np.int64)
+        self._a_end: I64 = np.zeros(0, dtype=np.int64)
+        self._a_rid: I64 = np.zeros(0, dtype=np.int64)
         self._sources: dict[Hashable, _SReq] = {}
         self._pending: deque[tuple[_SReq, int]] = deque()
         self._pending_ids: set[Hashable] = set()
@@ -145,6 +164,7 @@ class SglangWorker:
         self._lifecycle: list[LifecycleEvent] = []
         self.retractions = 0
         self.oom_resets = 0
+        self.vectorized_passes = 0
 
     # --- protocol surface ----------------------------------------------------------------------
 
@@ -280,14 +300,19 @@ class SglangWorker:
         admissions: list[Admission] = []
         # 1. promote materialized destinations
         max_run = args.max_num_seqs
+        promoted: list[_SReq] = []
         while self._prebuilt and len(self._running) < max_run:
             r = self._prebuilt.popleft()
             r.status = _St.RUNNING
             self._running.append(r)
+            promoted.append(r)
             admissions.append(Admission(r.rid, 0))
+        if promoted and self._vec:
+            self._vec_append(promoted)
         can_run: list[_SReq] = []
         total_isl = total_prefix = prompt_tokens = 0
         if not self._prebuilt and not self._pending and self._waiting:
+            self._sync_running()
             can_run, total_isl, total_prefix, prompt_tokens = self._extend_batch(admissions)
         prefill_ms = 0.0
         if can_run and args.worker_type is not WorkerType.DECODE:
@@ -301,6 +326,7 @@ class SglangWorker:
                 newly.append(r)
         emitted: list[int] = []
         finished: list[int] = []
+        emitted_arr: I64 | None = None
         if can_run:
             decode_ms, retracted = self._decode_step(newly, emitted, finished)
             if self._prefill_worker:
@@ -309,12 +335,24 @@ class SglangWorker:
                 decode_ms = 0.0
             self._running.extend(newly)  # completed and retracted ones were removed
         else:
-            decode_ms, retracted = self._decode_step(self._running, emitted, finished)
+            fast = self._decode_running_vec(finished)
+            if fast is not None:
+                decode_ms, emitted_arr = fast
+                retracted = False
+            else:
+                self._sync_running()
+                decode_ms, retracted = self._decode_step(self._running, emitted, finished)
         if retracted:
             self.new_token_ratio = self._init_ratio
             self._gen += 1
         self.new_token_ratio = max(self.new_token_ratio - self._decay, self._min_ratio)
-        if not (admissions or can_run or emitted or finished or retracted):
+        if emitted_arr is not None and len(emitted_arr):
+            emitted_out = emitted_arr
+        elif emitted:
+            emitted_out = np.array(emitted, dtype=np.int64)
+        else:
+            emitted_out = empty_ids()
+        if not (admissions or can_run or len(emitted_out) or finished or retracted):
             return None
         end = now_ms + prefill_ms + decode_ms
         lifecycle: tuple[LifecycleEvent, ...] = ()
@@ -323,14 +361,14 @@ class SglangWorker:
             self._lifecycle.clear()
         self._completion = PassCompletion(
             end_ms=end,
-            emitted=np.array(emitted, dtype=np.int64) if emitted else empty_ids(),
+            emitted=emitted_out,
             finished=np.array(finished, dtype=np.int64) if finished else empty_ids(),
             lifecycle=lifecycle,
             kv_events=self._drain_kv(),  # SGLang: visible at pass end
         )
         self._busy = True
         return PassPlan(start_ms=now_ms, end_ms=end, admissions=tuple(admissions),
-                        prefill_tokens=prompt_tokens, decode_tokens=len(emitted))
+                        prefill_tokens=prompt_tokens, decode_tokens=len(emitted_out))
 
     def finish_pass(self) -> PassCompletion:
         if not self._busy or self._completion is None:
@@ -439,6 +477,88 @@ class SglangWorker:
                 break
         return can_run, total_isl, total_prefix, prompt_tokens
 
+    def _vec_load(self) -> bool:
+        """Build the decode arrays from the running objects (False: a request needs the object
+        path, e.g. it still has unpublished prompt pages)."""
+        run = self._running
+        for r in run:
+            if r.pub < len(r.hashes) or r.materialized != r.seq or r.seq >= r.prompt + r.maxout:
+                return False
+        n = len(run)
+        self._a_seq = np.fromiter([r.seq for r in run], dtype=np.int64, count=n)
+        self._a_npg = np.fromiter([r.npages for r in run], dtype=np.int64, count=n)
+        self._a_end = np.fromiter([r.prompt + r.maxout for r in run], dtype=np.int64, count=n)
+        self._a_rid = np.fromiter([r.rid for r in run], dtype=np.int64, count=n)
+        self._vec = True
+        return True
+
+    def _vec_append(self, added: list[_SReq]) -> None:
+        """Requests appended to ``_running`` while the arrays are live (their objects are fresh)."""
+        for r in added:
+            if r.pub < len(r.hashes) or r.materialized != r.seq or r.seq >= r.prompt + r.maxout:
+                self._sync_running()
+                return
+        self._a_seq = np.concatenate((self._a_seq, [r.seq for r in added]))
+        self._a_npg = np.concatenate((self._a_npg, [r.npages for r in added]))
+        self._a_end = np.concatenate((self._a_end, [r.prompt + r.maxout for r in added]))
+        self._a_rid = np.concatenate((self._a_rid, [r.rid for r in added]))
+
+    def _sync_running(self) -> None:
+        """Write the decode arrays back into the running objects and leave the fast path."""
+        if not self._vec:
+            return
+        self._vec = False
+        for r, seq, npg in zip(self._running, self._a_seq.tolist(), self._a_npg.tolist()):
+            d = seq - r.seq
+            if d:
+                r.seq = seq
+                r.materialized += d
+            r.npages = npg
+
+    def _decode_running_vec(self, finished: list[int]) -> tuple[float, I64] | None:
+        """``_decode_step(self._running)`` on arrays, for the common case: nobody is done
+        before the step and the pool covers every page growth (no retraction).  Returns
+        (decode ms, emitted ids), or None when the object path must run instead."""
+        run = self._running
+        if not run or not self._allow_vec:
+            return None
+        if not self._vec and not self._vec_load():
+            return None
+        # (nobody is done before the step: requests with nothing to generate never enter the
+        # arrays, and those that finish leave them)
+        seq, npg = self._a_seq, self._a_npg
+        grow = seq >= npg * self._page  # seq + 1 > npages * page
+        need = int(np.count_nonzero(grow))
+        pool = self.pool
+        if pool.available < need:
+            return None
+        active = min(int(np.add.reduce(seq)), self._total_tokens)
+        decode_ms = self._timing.decode_ms(len(run), active)
+        pool.take(need)
+        self.vectorized_passes += 1
+        npg += grow
+        seq += 1
+        emitted = self._a_rid
+        done = seq >= self._a_end
+        if np.count_nonzero(done):
+            idx = np.flatnonzero(done).tolist()
+            completed = [run[i] for i in idx]
+            seq_l, npg_l = seq[idx].tolist(), npg[idx].tolist()
+            for r, s_, p_ in zip(completed, seq_l, npg_l):
+                r.materialized += s_ - r.seq
+                r.seq = s_
+                r.npages = p_
+            keep = ~done
+            self._running = list(compress(run, keep.tolist()))
+            self._a_seq = seq[keep]
+            self._a_npg = npg[keep]
+            self._a_end = self._a_end[keep]
+            self._a_rid = self._a_rid[keep]
+            for r in completed:
+                finished.append(r.rid)
+                self._complete(r)
+        return decode_ms, emitted
+
     def _decode_step(self, batch: list[_SReq], emitted: list[int], finished: list[int]) -> tuple[float, bool]:
         """One decode step over ``batch`` (in place); returns (decode ms, retracted any)."""
         if not batch:
@@ -542,6 +662,7 @@ class SglangWorker:
         r.pub = 0
 
     def _abort(self, r: _SReq) -> None:
+        self._sync_running()
         for q in (self._waiting, self._prebuilt):
             try:
                 q.remove(r)
@@ -607,6 +728,7 @@ class SglangWorker:
     # --- introspection for tests ---------------------------------------------------------------
 
     def check_invariants(self) -> None:
+        self._sync_running()
         self.pool.check()
         private = 0
         ref_count: dict[int, int] = {}

@@ -734,8 +734,7 @@ class VllmWorker:
             fresh = need_total - have
             hits_inactive = 0
             if hits:
-                refs = pool.refs
-                hits_inactive = sum(1 for h in hits if refs[h] == 0)
+                hits_inactive = list(map(pool.refs.__getitem__, hits)).count(0)
             if fresh <= pool.available - hits_inactive:
                 if hits:
                     pool.acquire(hits)

@@ -231,3 +231,51 @@ def test_last_request_is_chunked_to_fill_the_budget() -> None:
     assert [a.request_id for a in plan.admissions] == [0, 1]
     c = p.finish_pass()
     assert c.emitted.tolist() == [0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(workload, st.integers(8, 40), st.integers(1, 6), st.sampled_from([8, 16, 8192]))
+def test_vectorized_decode_matches_per_request(rows: list[tuple[float, int, int, int]], blocks: int,
+                                               seqs: int, chunk: int) -> None:
+    """The numpy decode fast path and the per-request step give identical replays."""
+    args = dataclasses.replace(FIXTURE, num_gpu_blocks=blocks, max_num_seqs=seqs,
+                               chunked_prefill_size=chunk, speedup_ratio=1.0)
+    arrivals = []
+    t = 0.0
+    for i, (gap, group, n, out) in enumerate(rows):
+        t += gap
+        arrivals.append((t, req(i, [group * 1000 + j for j in range(n)], out)))
+    results = []
+    for vec in (True, False):
+        p = SglangWorker(dataclasses.replace(args, worker_type=WorkerType.PREFILL),
+                         record_kv_events=True, vectorized=vec)
+        d = SglangWorker(dataclasses.replace(args, worker_type=WorkerType.DECODE),
+                         record_kv_events=True, vectorized=vec)
+        tr = run_pair(p, d, arrivals)
+        p.check_invariants()
+        d.check_invariants()
+        results.append((tr, d.vectorized_passes, d.retractions))
+    (a, vec_passes, ra), (b, none, rb) = results
+    assert none == 0
+    assert a.tokens == b.tokens
+    assert a.finished == b.finished and a.rejected == b.rejected
+    assert a.admissions == b.admissions and a.reserved_tokens == b.reserved_tokens
+    assert a.activate_stored == b.activate_stored and a.decode_stored == b.decode_stored
+    assert ra == rb
+
+
+def test_vectorized_decode_is_used_and_exact() -> None:
+    """Three destinations decoding together take the fast path, with per-token times equal to
+    the per-request step's."""
+    out = []
+    for vec in (True, False):
+        d = SglangWorker(dataclasses.replace(FIXTURE, worker_type=WorkerType.DECODE, speedup_ratio=1.0),
+                         record_kv_events=True, vectorized=vec)
+        for i in range(3):
+            d.reserve_destination(i, req(i, list(range(10 * i, 10 * i + 6 + i)), out=5 + i))
+            d.activate_destination(i)
+        out.append(drain(d))
+        d.check_invariants()
+        assert d.is_drained()
+        assert (d.vectorized_passes > 0) == vec
+    assert out[0] == out[1]
