@@ -803,48 +803,54 @@ class DisaggRuntime:
             if effects.lifecycle:
                 self._lifecycle(effects.lifecycle)
         elif cls is ReleaseSource:
-            idx = req.prefill_worker
-            if idx < 0:
+            if req.prefill_worker < 0:
                 raise ReplayInvariantError(f"release of request {req.rid} with no prefill worker")
-            w = self._workers[_P][idx]
-            if w.busy:
-                return self._defer(req, issued, Stage.PREFILL, idx)
-            self._dirty[_P][idx] = True
-            effects = w.release_source(req.rid)
-            req.source_released_ms = self.now_ms
-            self._ack(req, issued, self._cleanup_outcome(req, effects, "ReleaseSource"))
-            if effects.lifecycle:
-                self._lifecycle(effects.lifecycle)
+            return self._cleanup(req, issued, Stage.PREFILL, req.prefill_worker, cls)
         elif cls is CancelSource:
-            idx = req.prefill_worker
-            if idx < 0:
+            if req.prefill_worker < 0:
                 self._ack(req, issued, _O_NOOP)
                 return True
-            w = self._workers[_P][idx]
-            if w.busy:
-                return self._defer(req, issued, Stage.PREFILL, idx)
-            self._dirty[_P][idx] = True
-            effects = w.cancel_source(req.rid)
-            self._ack(req, issued, self._cleanup_outcome(req, effects, "CancelSource"))
-            if effects.lifecycle:
-                self._lifecycle(effects.lifecycle)
+            return self._cleanup(req, issued, Stage.PREFILL, req.prefill_worker, cls)
         elif cls is CancelDestination:
-            idx = req.decode_worker
-            if idx < 0:
+            if req.decode_worker < 0:
                 self._ack(req, issued, _O_NOOP)
                 return True
-            w = self._workers[_D][idx]
-            if w.busy:
-                return self._defer(req, issued, Stage.DECODE, idx)
-            self._dirty[_D][idx] = True
-            effects = w.cancel_destination(req.rid)
-            self._ack(req, issued, self._cleanup_outcome(req, effects, "CancelDestination"))
-            if effects.lifecycle:
-                self._lifecycle(effects.lifecycle)
+            return self._cleanup(req, issued, Stage.DECODE, req.decode_worker, cls)
         elif cls is Complete:
             self._complete(req)
         else:  # pragma: no cover - closed set
             raise ReplayInvariantError(f"unknown action {action!r}")
+        return True
+
+    def _cleanup(
+        self,
+        req: _Req,
+        issued: IssuedAction,
+        stage: Stage,
+        idx: int,
+        cls: type[ReleaseSource] | type[CancelSource] | type[CancelDestination],
+    ) -> bool:
+        """Run one source/destination cleanup command on worker ``idx`` of ``stage``.
+
+        ReleaseSource, CancelSource and CancelDestination share the same shape (defer while the
+        worker is mid-pass, mark it dirty, run the command, acknowledge with the cleanup outcome,
+        forward lifecycle effects); only the engine command differs, so it is chosen here.
+        False when the action was deferred behind a busy worker.
+        """
+        w = self._workers[stage][idx]
+        if w.busy:
+            return self._defer(req, issued, stage, idx)
+        self._dirty[stage][idx] = True
+        if cls is ReleaseSource:
+            effects = w.release_source(req.rid)
+            req.source_released_ms = self.now_ms
+        elif cls is CancelSource:
+            effects = w.cancel_source(req.rid)
+        else:
+            effects = w.cancel_destination(req.rid)
+        self._ack(req, issued, self._cleanup_outcome(req, effects, cls.__name__))
+        if effects.lifecycle:
+            self._lifecycle(effects.lifecycle)
         return True
 
     @staticmethod

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections import deque
+from typing import Hashable, Protocol, Sequence, TypeVar
 
 from dmocker.replay.engines.interface import KvEvent, KvRemoved, KvStored
 
-__all__ = ["kv_events", "ceil_div"]
+__all__ = ["kv_events", "ceil_div", "remove_pending"]
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -29,3 +30,25 @@ def kv_events(encoded: Sequence[int]) -> tuple[KvEvent, ...]:
     if run:
         out.append(KvStored(tuple(run)) if stored else KvRemoved(tuple(run)))
     return tuple(out)
+
+
+class _Handed(Protocol):
+    @property
+    def handoff(self) -> Hashable: ...
+
+
+_R = TypeVar("_R", bound=_Handed)
+
+
+def remove_pending(pending: deque[tuple[_R, int]], pending_ids: set[Hashable], handoff_id: Hashable) -> _R:
+    """Take a handoff's request out of the destination retry queue (``(request, generation)``
+    pairs, FIFO) and its id out of the membership set; the caller guarantees it is queued.
+
+    Both engine mocks keep this same queue for reservations waiting on capacity, so the
+    removal lives here once."""
+    for i, (p, _g) in enumerate(pending):
+        if p.handoff == handoff_id:
+            del pending[i]
+            break
+    pending_ids.discard(handoff_id)
+    return p

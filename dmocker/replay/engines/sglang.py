@@ -52,7 +52,7 @@ import numpy.typing as npt
 
 from dmocker.handoff.types import DestinationReserved, SourceHeld
 from dmocker.replay.engines.block_pool import BlockPool, generated_block_ids
-from dmocker.replay.engines.common import ceil_div, kv_events
+from dmocker.replay.engines.common import ceil_div, kv_events, remove_pending
 from dmocker.replay.engines.interface import (
     Admission,
     CommandEffects,
@@ -268,11 +268,7 @@ class SglangWorker:
 
     def cancel_destination(self, handoff_id: Hashable) -> CommandEffects:
         if handoff_id in self._pending_ids:
-            for i, (p, _g) in enumerate(self._pending):
-                if p.handoff == handoff_id:
-                    del self._pending[i]
-                    break
-            self._pending_ids.discard(handoff_id)
+            p = remove_pending(self._pending, self._pending_ids, handoff_id)
             del self._live[p.rid]
             self._gen += 1
             return self._after_applied()
