@@ -9,12 +9,12 @@ from __future__ import annotations
 import argparse
 import time
 
+from dmocker.handoff.spec import success_outcomes
 from dmocker.handoff import (
     DestinationReserved,
     HandoffCoordinator,
     HandoffOrder,
     Outcome,
-    OutcomeKind,
     SourceHeld,
     TransferCompleted,
     TransferTiming,
@@ -26,7 +26,7 @@ from dmocker.handoff.machines import build_chart
 from dmocker.handoff.table import Step
 
 TIMING = TransferTiming(TransferTimingMode.FULL_PROMPT, 1000, 131072, 10.0)
-GOOD = {"SubmitPrefill": OutcomeKind.SUBMITTED, "ReserveDestination": OutcomeKind.ACCEPTED, "StartTransfer": OutcomeKind.SCHEDULED}
+GOOD = success_outcomes()
 FACT_AFTER = {"SubmitPrefill": "held", "ReserveDestination": "reserved", "StartTransfer": "transferred"}
 
 
@@ -40,7 +40,7 @@ def clean_run(order: HandoffOrder, hid: int) -> int:
         name = type(issued.action).__name__
         if name == "Complete":
             continue
-        pending += c.on_action_outcome(issued.id, Outcome(GOOD.get(name, OutcomeKind.APPLIED)))
+        pending += c.on_action_outcome(issued.id, Outcome(GOOD[name]))
         inputs += 1
         fact = FACT_AFTER.get(name)
         if fact == "held":

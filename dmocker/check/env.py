@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Hashable, Sequence
 
+from dmocker.handoff.spec import success_outcomes
 from dmocker.handoff import (
     ActivateDestination,
     CancelDestination,
@@ -50,15 +51,7 @@ ACTION_CLASSES: dict[type, str] = {
     Complete: "Complete",
 }
 #: The outcome a cooperative environment answers each action with (fairness assumption).
-SUCCESS_OUTCOME: dict[str, OutcomeKind] = {
-    "SubmitPrefill": OutcomeKind.SUBMITTED,
-    "ReserveDestination": OutcomeKind.ACCEPTED,
-    "StartTransfer": OutcomeKind.SCHEDULED,
-    "ActivateDestination": OutcomeKind.APPLIED,
-    "ReleaseSource": OutcomeKind.APPLIED,
-    "CancelSource": OutcomeKind.APPLIED,
-    "CancelDestination": OutcomeKind.APPLIED,
-}
+SUCCESS_OUTCOME: dict[str, OutcomeKind] = success_outcomes()
 CANCEL_ACTIONS = ("CancelSource", "CancelDestination")
 _HELD, _RESERVED, _TRANSFERRED = 1, 2, 4
 _FACT_BITS = {SourceHeld: _HELD, DestinationReserved: _RESERVED, TransferCompleted: _TRANSFERRED}

@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import argparse
 
+from dmocker.handoff.spec import success_outcomes
 from dmocker.handoff import (
     DestinationReserved,
     HandoffCoordinator,
     HandoffOrder,
     IssuedAction,
     Outcome,
-    OutcomeKind,
     SourceHeld,
     TransferCompleted,
     TransferTiming,
     TransferTimingMode,
 )
 
-_GOOD = {"SubmitPrefill": OutcomeKind.SUBMITTED, "ReserveDestination": OutcomeKind.ACCEPTED, "StartTransfer": OutcomeKind.SCHEDULED}
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,6 +30,7 @@ def demo_lines(order: HandoffOrder) -> list[str]:
     hid = "request-0"
     timing = TransferTiming(TransferTimingMode.FULL_PROMPT, 128, 1_000_000, 1.0)
     c = HandoffCoordinator(hid, order)
+    good = success_outcomes()
     lines = [f"== {order.value} =="]
     queue: list[IssuedAction] = []
 
@@ -46,7 +46,7 @@ def demo_lines(order: HandoffOrder) -> list[str]:
             name = type(action.action).__name__
             if name == "Complete":
                 continue
-            kind = _GOOD.get(name, OutcomeKind.APPLIED)
+            kind = good[name]
             show(f"outcome #{action.id} {name}: {kind.value}", c.on_action_outcome(action.id, Outcome(kind)))
             continue
         label = c.state_label()

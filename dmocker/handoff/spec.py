@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence, TypeAlias, Union
 
-from dmocker.handoff.types import HandoffErrorKind, HandoffOrder
+from dmocker.handoff.types import HandoffErrorKind, HandoffOrder, OutcomeKind
 
 JsonValue: TypeAlias = Union[None, bool, int, float, str, Sequence["JsonValue"], Mapping[str, "JsonValue"]]
 
@@ -191,11 +191,24 @@ class ProtocolSpec:
                 return action
         raise KeyError(name)
 
+    def success_outcome(self, action: str) -> str:
+        """The outcome kind a healthy environment answers ``action`` with: its first allowed one."""
+        allowed = self.action(action).allowed
+        if not allowed:
+            raise KeyError(f"{action} takes no outcome")
+        return allowed[0]
+
     def lifecycle(self, order: HandoffOrder) -> tuple[str, ...]:
         return dict(self.lifecycles)[order]
 
     def invariants_for(self, order: HandoffOrder) -> tuple[Invariant, ...]:
         return tuple(inv for inv in self.invariants if order in inv.orders)
+
+
+def success_outcomes(spec: ProtocolSpec | None = None) -> dict[str, OutcomeKind]:
+    """Action name -> the outcome a healthy environment answers it with (first allowed in the spec)."""
+    the_spec = spec if spec is not None else load_spec()
+    return {a.name: OutcomeKind(a.allowed[0]) for a in the_spec.actions if a.allowed}
 
 
 def default_spec_path() -> Path:

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from dmocker.handoff.monitor import Monitor, MonitorState, StepEvent
-from dmocker.handoff.spec import ProtocolSpec, load_spec
+from dmocker.handoff.spec import ProtocolSpec, load_spec, success_outcomes
 from dmocker.handoff.types import (
     Canceled,
     Completion,
@@ -78,11 +78,6 @@ TIMINGS: tuple[TransferTiming, ...] = (
 TOKENS: tuple[int, ...] = (0, 3, 100, 1 << 60)
 #: Fallback delays, including non-finite ones assigned after construction.
 FALLBACKS: tuple[float, ...] = (0.0, 1.0, float("inf"), float("nan"))
-_GOOD = {
-    "SubmitPrefill": OutcomeKind.SUBMITTED,
-    "ReserveDestination": OutcomeKind.ACCEPTED,
-    "StartTransfer": OutcomeKind.SCHEDULED,
-}
 _TERMINAL: tuple[type[Failed] | type[TimedOut] | type[Canceled], ...] = (Failed, TimedOut, Canceled)
 
 
@@ -127,6 +122,7 @@ def coordinator_state_machine(
 ) -> type[RuleBasedStateMachine]:
     """A RuleBasedStateMachine class exercising ``factory(handoff_id, order)``."""
     the_spec = spec if spec is not None else load_spec()
+    good = success_outcomes(the_spec)
 
     class CoordinatorMachine(RuleBasedStateMachine):
         def __init__(self) -> None:
@@ -232,7 +228,7 @@ def coordinator_state_machine(
             for issued in self.issued:
                 name = type(issued.action).__name__
                 if name != "Complete" and issued.id not in self.answered and not self.coordinator.is_complete:
-                    self._outcome(issued.id, Outcome(_GOOD.get(name, OutcomeKind.APPLIED)))
+                    self._outcome(issued.id, Outcome(good[name]))
                     return True
             if not self.issued:
                 self._deliver(self.coordinator.start)
@@ -251,7 +247,7 @@ def coordinator_state_machine(
 
         def _answered_ok(self, name: str) -> bool:
             return any(
-                type(a.action).__name__ == name and self.answered.get(a.id, Outcome(OutcomeKind.FAILED)).kind is _GOOD[name]
+                type(a.action).__name__ == name and self.answered.get(a.id, Outcome(OutcomeKind.FAILED)).kind is good[name]
                 for a in self.issued
             )
 
