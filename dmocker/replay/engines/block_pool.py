@@ -29,7 +29,7 @@ drains them with :func:`dmocker.replay.engines.common.kv_events` at its visibili
 from __future__ import annotations
 
 from collections import OrderedDict
-from itertools import takewhile
+from itertools import compress, filterfalse, islice, repeat, takewhile
 from typing import Sequence
 
 __all__ = ["BlockPool", "PRIVATE_HASH_BASE", "generated_block_ids"]
@@ -37,6 +37,13 @@ __all__ = ["BlockPool", "PRIVATE_HASH_BASE", "generated_block_ids"]
 # Ids of blocks holding generated tokens live above every 64-bit content hash, so they can
 # never collide with (or be matched as) a prompt block; they produce no KV events.
 PRIVATE_HASH_BASE = 1 << 64
+
+# Per-block work below is done with C-level iteration (map/zip/compress over bound methods)
+# rather than Python loops or comprehensions: these calls run for every block of every request
+# on both pools, and on CPython 3.11 this is measurably cheaper (~15 % of the pool's time).
+_INC = (1).__add__
+_DEC = (-1).__add__
+_IS_ZERO = (0).__eq__
 
 
 def generated_block_ids(request_id: int, first: int, stop: int) -> list[int]:
@@ -102,13 +109,31 @@ class BlockPool:
         if not hashes:
             return
         refs = self.refs
-        vals = [refs[h] for h in hashes]
+        vals = list(map(refs.__getitem__, hashes))
         if 0 in vals:
             inactive = self.inactive
             for h, v in zip(hashes, vals):
                 if v == 0:
                     del inactive[h]
-        refs.update(zip(hashes, [v + 1 for v in vals]))
+        refs.update(zip(hashes, map(_INC, vals)))
+
+    def claim(self, hashes: Sequence[int], fresh: int) -> bool:
+        """Reference the resident ``hashes`` and take ``fresh`` new blocks, if both fit: the
+        fresh blocks may not come from the inactive blocks being re-referenced.  All or
+        nothing (False: nothing changed).  One read of the hashes' counts serves the fit test
+        and the acquisition."""
+        refs = self.refs
+        vals = list(map(refs.__getitem__, hashes))
+        reactivated = vals.count(0)
+        if fresh > self.free + len(self.inactive) - reactivated:
+            return False
+        if vals:
+            if reactivated:
+                inactive = self.inactive
+                for h in compress(hashes, map(_IS_ZERO, vals)):
+                    del inactive[h]
+            refs.update(zip(hashes, map(_INC, vals)))
+        return self.take(fresh)
 
     def take(self, n: int) -> bool:
         """Turn ``n`` blocks into private blocks of the caller: free ones first, then evict the
@@ -122,11 +147,11 @@ class BlockPool:
         inactive = self.inactive
         if free + len(inactive) < n:
             return False
-        pop = inactive.popitem
-        evicted = [pop(False)[0] for _ in range(n - free)]
+        evicted = list(islice(inactive, n - free))
         refs = self.refs
         for h in evicted:
             del refs[h]
+            del inactive[h]
         if self.record:
             self.events.extend([~h for h in evicted if h < PRIVATE_HASH_BASE])
         self.free = 0
@@ -143,9 +168,9 @@ class BlockPool:
         block stays a private duplicate).
         """
         refs = self.refs
-        new = [h for h in hashes if h not in refs]
+        new = list(filterfalse(refs.__contains__, hashes))
         if new:
-            refs.update(dict.fromkeys(new, 1))
+            refs.update(zip(new, repeat(1)))
             if self.record and new[0] < PRIVATE_HASH_BASE:
                 self.events.extend(new)
         return new
@@ -156,19 +181,19 @@ class BlockPool:
         if not hashes:
             return
         refs = self.refs
-        dec = [refs[h] - 1 for h in hashes]
+        vals = list(map(refs.__getitem__, hashes))
         inactive = self.inactive
-        if not any(dec):
+        if vals.count(1) == len(vals):
             # common case: the last holder of every block
-            refs.update(dict.fromkeys(hashes, 0))
+            refs.update(zip(hashes, repeat(0)))
             for h in reversed(hashes):
                 inactive[h] = None
             return
+        dec = list(map(_DEC, vals))
         refs.update(zip(hashes, dec))
         if 0 in dec:
-            for h, d in zip(reversed(hashes), reversed(dec)):
-                if d == 0:
-                    inactive[h] = None
+            for h in compress(reversed(hashes), map(_IS_ZERO, reversed(dec))):
+                inactive[h] = None
 
     def drain_events(self) -> list[int]:
         events = self.events

@@ -410,10 +410,10 @@ class SglangWorker:
             # A first chunk starts after the radix prefix (SGLang sizes extend_input after
             # matching).  At least the last token is computed (it yields the logits), so the
             # match stops at the page holding token seq - 1, as SGLang's max_prefix_len does.
-            n_prefix = prefix_inactive = 0
+            n_prefix = 0
             if first and self._caching and r.hashes:
                 limit = min(len(r.hashes), (r.seq - 1) // page)
-                n_prefix, _a, prefix_inactive = pool.match_prefix(r.hashes, limit)
+                n_prefix = pool.match_prefix(r.hashes, limit)[0]
             base = r.materialized + n_prefix * page
             extend = r.seq - base
             if extend <= 0:
@@ -438,13 +438,10 @@ class SglangWorker:
             old_alloc_tokens = r.npages * page
             if first:
                 prefix = r.hashes[:n_prefix]
-                fresh = pages_after - n_prefix
-                if fresh > pool.available - prefix_inactive:
+                if not pool.claim(prefix, pages_after - n_prefix):
                     self.new_token_ratio = self._init_ratio  # out of memory
                     self.oom_resets += 1
                     break
-                pool.acquire(prefix)
-                pool.take(fresh)
                 r.cached = list(prefix)
                 r.pub = n_prefix
                 r.npages = pages_after
@@ -698,15 +695,13 @@ class SglangWorker:
         page = self._page
         pool = self.pool
         n_pages = ceil_div(head.prompt, page)
-        n_prefix = prefix_inactive = 0
+        n_prefix = 0
         if self._caching and head.hashes:
-            n_prefix, _a, prefix_inactive = pool.match_prefix(head.hashes, len(head.hashes))
+            n_prefix = pool.match_prefix(head.hashes, len(head.hashes))[0]
         prefix = head.hashes[:n_prefix]
         fresh = n_pages - n_prefix
-        if fresh > pool.available - prefix_inactive:
+        if not pool.claim(prefix, fresh):
             return []
-        pool.acquire(prefix)
-        pool.take(fresh)
         head.cached = list(prefix)
         head.npages = n_pages
         head.status = _St.RESERVED

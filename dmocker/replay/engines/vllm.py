@@ -727,15 +727,9 @@ class VllmWorker:
             if r.nblocks == 0 and cached > 0:
                 hits = tuple(self._known_hashes(r)[: cached // bs])
                 have = len(hits)
-            fresh = need_total - have
-            hits_inactive = 0
-            if hits:
-                hits_inactive = list(map(pool.refs.__getitem__, hits)).count(0)
-            if fresh <= pool.available - hits_inactive:
+            if pool.claim(hits, need_total - have):
                 if hits:
-                    pool.acquire(hits)
                     r.cached = list(hits)
-                pool.take(fresh)
                 r.nblocks = need_total
                 break
             victim = self._preempt_lifo(run)
@@ -872,15 +866,13 @@ class VllmWorker:
         n_blocks = ceil_div(head.prompt, bs)
         pool = self.pool
         if self._caching and head.hashes:
-            n_prefix, _active, prefix_inactive = pool.match_prefix(head.hashes, len(head.hashes))
+            n_prefix = pool.match_prefix(head.hashes, len(head.hashes))[0]
         else:
-            n_prefix = prefix_inactive = 0
+            n_prefix = 0
         prefix = head.hashes[:n_prefix]
         fresh = n_blocks - n_prefix
-        if fresh > pool.available - prefix_inactive:
+        if not pool.claim(prefix, fresh):
             return []
-        pool.acquire(prefix)
-        pool.take(fresh)
         head.cached = list(prefix)
         head.nblocks = n_blocks
         head.status = _St.RESERVED

@@ -24,6 +24,18 @@ def test_lru_evicts_oldest_and_leaves_first() -> None:
     p.check()
 
 
+def test_claim_cannot_use_the_blocks_it_reactivates() -> None:
+    p = BlockPool(3)
+    assert p.take(2)
+    p.promote([1, 2])
+    p.release([1, 2])  # both inactive: available == 3
+    assert not p.claim([1, 2], 2)  # re-referencing 1 and 2 leaves only the free block
+    assert p.available == 3 and list(p.inactive) == [2, 1]
+    assert p.claim([1, 2], 1)
+    assert p.refs == {1: 1, 2: 1} and p.free == 0 and not p.inactive
+    p.check()
+
+
 def test_take_is_all_or_nothing() -> None:
     p = BlockPool(3)
     assert p.take(2)
@@ -80,6 +92,21 @@ class PoolMachine(RuleBasedStateMachine):
         self.pool.acquire(chosen)
         assert self.pool.take(extra)
         self.owners.append((chosen, extra))
+
+    @precondition(lambda self: bool(self.pool.refs))
+    @rule(data=st.data(), extra=st.integers(0, 6))
+    def claim(self, data: st.DataObject, extra: int) -> None:
+        """claim == the fit test + acquire + take above, and changes nothing when it fails."""
+        hashes = sorted(self.pool.refs)
+        chosen = data.draw(st.lists(st.sampled_from(hashes), unique=True, max_size=4))
+        inactive = sum(1 for h in chosen if self.pool.refs[h] == 0)
+        fits = extra <= self.pool.available - inactive
+        before = (self.pool.free, dict(self.pool.refs), list(self.pool.inactive))
+        assert self.pool.claim(chosen, extra) is fits
+        if fits:
+            self.owners.append((chosen, extra))
+        else:
+            assert (self.pool.free, dict(self.pool.refs), list(self.pool.inactive)) == before
 
     @precondition(lambda self: bool(self.owners))
     @rule(data=st.data())
