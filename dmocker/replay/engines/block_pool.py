@@ -17,8 +17,9 @@ Invariant (checked by the property tests): ``free + private + len(refs) == total
 ``refs[h] >= 0``, and ``h`` is inactive iff ``refs[h] == 0``.  ``private`` is tracked here as
 ``total - free - len(refs)``, so owners must return exactly what they took.
 
-Blocks of *generated* tokens enter the cache, when their owner frees them, under ids above
-2**64 (:func:`generated_block_ids`): the reference caches them under hashes of random output
+Blocks of *generated* tokens enter the cache, when their owner frees them, under ids from
+2**59 up (:func:`generated_block_ids`; prompt hashes are below, see
+:data:`dmocker.replay.engines.hashing.HASH_BITS`): the reference caches them under hashes of random output
 tokens, which nobody can hit, but which take LRU slots and so shape later evictions.
 
 Events: when ``record`` is on, cache insertions and evictions are appended, in order, to
@@ -32,11 +33,14 @@ from collections import OrderedDict
 from itertools import compress, filterfalse, islice, repeat, takewhile
 from typing import Sequence
 
+from dmocker.replay.engines.hashing import HASH_BITS
+
 __all__ = ["BlockPool", "PRIVATE_HASH_BASE", "generated_block_ids"]
 
-# Ids of blocks holding generated tokens live above every 64-bit content hash, so they can
-# never collide with (or be matched as) a prompt block; they produce no KV events.
-PRIVATE_HASH_BASE = 1 << 64
+# Ids of blocks holding generated tokens live above every (59-bit) content hash, so they can
+# never collide with (or be matched as) a prompt block; they produce no KV events.  Request
+# ids below 2**35 keep them under 2**60: two-digit ints, as cheap to hash as prompt hashes.
+PRIVATE_HASH_BASE = 1 << HASH_BITS
 
 # Per-block work below is done with C-level iteration (map/zip/compress over bound methods)
 # rather than Python loops or comprehensions: these calls run for every block of every request

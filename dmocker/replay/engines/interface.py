@@ -38,7 +38,7 @@ generated tokens are never stored (their hashes would be random and unmatchable)
 
 Block hashes
 ------------
-Requests carry the chained hashes of their *full* engine blocks (ints in ``[0, 2**64)``), never
+Requests carry the chained hashes of their *full* engine blocks (ints in ``[0, 2**59)``), never
 token lists; see :mod:`dmocker.replay.engines.hashing` for how they are derived from Mooncake
 ``hash_ids`` (``block_hashes_from_trace``) or from explicit tokens (``block_hashes_from_tokens``).
 The partial tail block of a prompt has no hash: it is always private.  Both pools of one replay

@@ -19,7 +19,7 @@ ids = st.lists(st.integers(0, 2**40), min_size=1, max_size=6)
 
 def test_known_values_are_stable() -> None:
     # Pinned: a change here changes every replay's cache behaviour.
-    assert block_hashes_from_tokens(list(range(8)), 4) == (18134366278156353201, 11261478030265270880)
+    assert block_hashes_from_tokens(list(range(8)), 4) == (264082956750225073, 308723736500224608)
 
 
 def test_independent_of_pythonhashseed() -> None:
@@ -58,3 +58,17 @@ def test_batch_equals_single(rows: list[tuple[list[int], int]], sizes: tuple[int
     assert batch == [block_hashes_from_trace(h, n, tbs, bs) for h, n in zip(hids, lens)]
     for h, n in zip(batch, lens):
         assert len(h) == n // bs
+
+
+def test_hashes_are_two_digit_ints_below_generated_block_ids() -> None:
+    """Prompt hashes stay below 2**59 and generated-block ids in [2**59, 2**60): two-digit
+    CPython ints (cheap dict keys) that can never collide with each other."""
+    from dmocker.replay.engines.block_pool import PRIVATE_HASH_BASE, generated_block_ids
+    from dmocker.replay.engines.hashing import HASH_BITS
+
+    hashes = block_hashes_from_trace(list(range(1000)), 1000 * 512, 512, 16)
+    assert len(hashes) == 32000 and max(hashes) < 1 << HASH_BITS
+    assert max(hashes) >= 1 << (HASH_BITS - 2)  # the top bits are used, not just masked away
+    assert PRIVATE_HASH_BASE == 1 << HASH_BITS
+    ids = generated_block_ids((1 << 34) - 1, 0, 3)
+    assert min(ids) >= PRIVATE_HASH_BASE and max(ids) < 1 << 60
