@@ -103,7 +103,7 @@ def _finite_nonnegative(value: float) -> bool:
 class _Plan:
     """A table Step pre-digested for the hot path: constructors instead of names."""
 
-    __slots__ = ("tag", "next", "emits", "checks", "store_timing", "store_tokens", "transfer", "guarded")
+    __slots__ = ("tag", "next", "emits", "checks", "store_timing", "store_tokens", "transfer", "guarded", "plain")
 
     def __init__(self, step: Step, clears: frozenset[str]) -> None:
         self.tag = STEP_TAG
@@ -119,6 +119,9 @@ class _Plan:
         # Most steps neither check payloads nor schedule a transfer: one flag lets _commit skip
         # the payload work for them with a single test.
         self.guarded = bool(self.checks) or self.transfer
+        # A step that only moves the state (no checks, stores or actions): most acknowledgements
+        # (Submitted, Accepted, Scheduled), which on_outcome_kind applies without _commit.
+        self.plain = not (self.guarded or self.emits or self.store_timing or self.store_tokens)
 
 
 class _Compiled:
@@ -371,6 +374,11 @@ class HandoffCoordinator:
             if event is not None:
                 entry = self._c.rows[self._state][event]
                 if type(entry) is _Plan:
+                    if entry.plain:  # _commit's apply part for a step that only moves the state
+                        self._snapshot = None
+                        self._outcomes[action_id] = _PLAIN_OUTCOMES[kind._value_]
+                        self._state = entry.next
+                        return []
                     return self._commit(entry, None, None, action_id, _PLAIN_OUTCOMES[kind._value_])
         return self.on_action_outcome(action_id, Outcome(kind))
 
