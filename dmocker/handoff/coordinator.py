@@ -96,8 +96,11 @@ _SET_ISSUED_ID: Final = _slot_setter(IssuedAction, "id")
 _SET_ISSUED_ACTION: Final = _slot_setter(IssuedAction, "action")
 
 
+_isfinite: Final = math.isfinite
+
+
 def _finite_nonnegative(value: float) -> bool:
-    return math.isfinite(value) and value >= 0.0
+    return _isfinite(value) and value >= 0.0
 
 
 class _Plan:
@@ -481,16 +484,17 @@ class HandoffCoordinator:
     def _guard(
         self, guard: str, timing: TransferTiming | None, tokens: int | None, delay: float | None
     ) -> tuple[bool, float | None]:
-        check: Callable[[], tuple[bool, float | None]]
+        # _finite_nonnegative is spelled out inline here: three guards run per replayed request.
         if guard == "bandwidth_valid":
             bw = None if timing is None else timing.bandwidth_gb_s
-            return (bw is None or _finite_nonnegative(bw)), delay
+            return (bw is None or (_isfinite(bw) and bw >= 0.0)), delay
         if guard == "full_prompt_delay_valid":
             full = None if timing is None else timing.full_prompt_delay_ms()
-            return (full is None or _finite_nonnegative(full)), delay
+            return (full is None or (_isfinite(full) and full >= 0.0)), delay
         if guard == "scheduled_delay_valid":
-            scheduled = self._scheduled_delay(timing, tokens)
-            return _finite_nonnegative(scheduled), scheduled
+            model = None if timing is None or tokens is None else timing.delay_ms(tokens)
+            scheduled = float(self._fallback) if model is None else model
+            return (_isfinite(scheduled) and scheduled >= 0.0), scheduled
         raise AssertionError(f"unknown guard {guard!r}")  # pragma: no cover - spec loader checks
 
     def _guard_message(self, guard: str, timing: TransferTiming | None, delay: float | None) -> str:
