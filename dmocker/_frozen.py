@@ -59,6 +59,11 @@ def fast_frozen_init(cls: type[T]) -> type[T]:
     exec(src, namespace)  # noqa: S102 - generated from the field names checked above
     init = namespace["__init__"]
     init.__qualname__ = f"{cls.__qualname__}.__init__"  # type: ignore[attr-defined]
-    init.__doc__ = cls.__init__.__doc__
+    original = cls.__init__
+    init.__doc__ = original.__doc__
+    # Introspection (inspect.signature, typing.get_type_hints, hypothesis' st.builds) must see
+    # the dataclass's own signature and annotations, resolved in the class's module.
+    init.__annotations__ = dict(original.__annotations__)
+    init.__wrapped__ = original  # type: ignore[attr-defined]
     setattr(cls, "__init__", init)
     return cls

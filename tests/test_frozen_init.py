@@ -66,3 +66,15 @@ def test_unsupported_shapes_fail_loudly() -> None:
     for cls in (NoSlots, Factory, Mutable):
         with pytest.raises(TypeError):
             fast_frozen_init(cls)
+
+
+def test_introspection_sees_the_dataclass_signature() -> None:
+    import inspect
+    import typing
+
+    from hypothesis import find
+
+    assert inspect.signature(_Fast) == inspect.signature(_Plain)
+    assert typing.get_type_hints(_Fast.__init__) == typing.get_type_hints(_Plain.__init__)
+    # st.builds infers the field strategies from those hints, as for the plain dataclass
+    assert find(st.builds(_Fast), lambda v: v.a > 5 and isinstance(v.b, float)).a > 5

@@ -11,6 +11,8 @@ import enum
 from dataclasses import dataclass
 from typing import Hashable, TypeAlias, Union
 
+from dmocker._frozen import fast_frozen_init
+
 
 class HandoffOrder(enum.Enum):
     """Which side of the handoff is acquired first.
@@ -62,6 +64,7 @@ class TransferTimingMode(enum.Enum):
     DESTINATION_MISSING = "destination-missing"
 
 
+@fast_frozen_init  # built per request on the replay's hot path
 @dataclass(frozen=True, slots=True)
 class TransferTiming:
     """What the source knows about the transfer cost when its KV is held.
@@ -109,6 +112,7 @@ HandoffId: TypeAlias = Hashable
 # --- facts -----------------------------------------------------------------------------------
 
 
+@fast_frozen_init  # built per request on the replay's hot path
 @dataclass(frozen=True, slots=True)
 class SourceHeld:
     """The prefill finished and the source keeps its KV for the transfer."""
@@ -117,6 +121,7 @@ class SourceHeld:
     transfer_timing: TransferTiming
 
 
+@fast_frozen_init  # built per request on the replay's hot path
 @dataclass(frozen=True, slots=True)
 class DestinationReserved:
     """The destination reserved room; it misses ``transferable_prompt_tokens`` tokens."""
@@ -125,6 +130,7 @@ class DestinationReserved:
     transferable_prompt_tokens: int
 
 
+@fast_frozen_init  # built per request on the replay's hot path
 @dataclass(frozen=True, slots=True)
 class TransferCompleted:
     handoff_id: HandoffId

@@ -11,12 +11,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from dmocker._frozen import fast_frozen_init
+
 __all__ = ["Turn", "SessionStart", "Workload", "WorkloadError", "NO_NEXT"]
 
 NO_NEXT = -1
 """``Turn.next_request_id`` when the turn is the last of its session."""
 
 
+@fast_frozen_init  # built per request on the replay's hot path
 @dataclass(frozen=True, slots=True)
 class Turn:
     """One request as the workload describes it.
@@ -36,6 +39,7 @@ class Turn:
     turn_index: int
 
 
+@fast_frozen_init  # built per request on the replay's hot path
 @dataclass(frozen=True, slots=True, order=True)
 class SessionStart:
     """A session's first turn and its (rebased, sped-up) arrival time."""
