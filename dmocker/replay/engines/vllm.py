@@ -61,6 +61,7 @@ from dmocker.replay.engines.interface import (
     EngineRequest,
     KvEvent,
     LifecycleEvent,
+    LockstepDelta,
     PassCompletion,
     PassPlan,
     WorkerType,
@@ -166,6 +167,9 @@ class VllmWorker:
         self._sum_po = 0  # sum of prompt + off over lockstep running requests
         self._finish_at: dict[int, list[_Req]] = {}
         self._rid_arr: I64 | None = None
+        # pass index of the last lockstep pass that produced a completion: the next lockstep
+        # pass continues its run (LockstepDelta.follows) only if it is pass _ls_k + 1
+        self._ls_k = -1
         # handoff registries (insertion-ordered: deterministic)
         self._sources: dict[Hashable, _Req] = {}  # pending or held sources by handoff id
         self._pending: deque[tuple[_Req, int]] = deque()  # (request, last attempted generation)
@@ -334,6 +338,7 @@ class VllmWorker:
                 rejected=c.rejected,
                 lifecycle=c.lifecycle + tuple(retry),
                 kv_events=events,
+                lockstep=c.lockstep,
             )
         return c
 
@@ -387,6 +392,7 @@ class VllmWorker:
         changed_members = bool(new) or bool(finishing)
         finished_ids: list[int] = []
         no_token: list[_Req] = []
+        joined: list[int] = []  # emitting newcomers, in the order they join `run`
         if new:
             for r in new:
                 run[r.rid] = r
@@ -395,6 +401,7 @@ class VllmWorker:
                 if r.limit <= 0:
                     no_token.append(r)
                     continue
+                joined.append(r.rid)
                 self._bcount[r.bkt] += 1
                 self._sum_po += r.prompt + r.off
                 r.kf = r.limit - r.off
@@ -429,9 +436,19 @@ class VllmWorker:
         decode_ms = self._timing.decode_ms(n_ready, active_tokens) if not self._is_prefill else 0.0
         if not n_ready and not finished_ids and not admissions and not rejected and not n_before:
             return None
+        delta = None
+        if not self._is_prefill:
+            # Emitted = last lockstep pass's emitted - its leavers + `joined`: nothing else can
+            # change `run` while the worker stays in lockstep (a drop or any exact pass leaves
+            # it, and then this is not pass _ls_k + 1).
+            delta = LockstepDelta(
+                k, self._ls_k if self._ls_k == k - 1 else -1, tuple(joined),
+                tuple([r.rid for r in finishing]) if finishing else (),
+            )
+            self._ls_k = k
         return self._begin(now_ms, now_ms + decode_ms, admissions, rejected, emitted,
                            np.array(finished_ids, dtype=np.int64) if finished_ids else empty_ids(),
-                           0, n_ready)
+                           0, n_ready, delta)
 
     def _running_ids(self) -> I64:
         arr = self._rid_arr
@@ -646,14 +663,15 @@ class VllmWorker:
         )
 
     def _begin(self, now_ms: float, end: float, admissions: list[Admission], rejected: list[int],
-               emitted: I64, finished: I64, prefill_tokens: int, n_ready: int) -> PassPlan:
+               emitted: I64, finished: I64, prefill_tokens: int, n_ready: int,
+               delta: LockstepDelta | None = None) -> PassPlan:
         lifecycle: tuple[LifecycleEvent, ...] = ()
         if self._lifecycle:
             lifecycle = tuple(self._lifecycle)
             self._lifecycle.clear()
         self._completion = PassCompletion(
             end_ms=end, emitted=emitted, finished=finished, rejected=tuple(rejected),
-            lifecycle=lifecycle,
+            lifecycle=lifecycle, lockstep=delta,
         )
         self._busy = True
         return PassPlan(
