@@ -327,6 +327,7 @@ class Collector:
         "_cohort",
         "_lazy",
         "_use_deltas",
+        "lazy_passes",
         "max_terminal_ms",
         "prefill_worker_seconds",
         "decode_worker_seconds",
@@ -349,6 +350,7 @@ class Collector:
         self._cohort: dict[int, tuple[npt.NDArray[np.int64], float]] = {}
         self._lazy: dict[int, _Cohort] = {}  # source -> its lazy lockstep cohort
         self._use_deltas = lockstep_deltas
+        self.lazy_passes = 0  # passes applied through a lazy cohort (telemetry, tests)
         self.max_terminal_ms = 0.0
         self.prefill_worker_seconds = 0.0
         self.decode_worker_seconds = 0.0
@@ -492,6 +494,7 @@ class Collector:
         co.passes = passes
         co.t_ms = t_ms
         co.serial = delta.serial
+        self.lazy_passes += 1
         self._cohort[source] = (ids, t_ms)  # every id emitted at t_ms, as after the general path
         young = self.young
         if young:
