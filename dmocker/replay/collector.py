@@ -479,31 +479,52 @@ class Collector:
         if n_cont:
             self.gaps.add_same(t_ms - co.t_ms, n_cont)
         passes = co.passes + 1
+        # First/second token times: only joiners and young members can change a young
+        # entry here (every other young request's count changed, if ever, in a pass that
+        # already looked at it), so they are handled directly instead of scanning `young`.
+        still: list[int] = []  # members still young after this pass
+        for rid in co.watch:  # young members: keep their slots current
+            n = members[rid] + passes
+            tokens[rid] = n
+            last[rid] = t_ms
+            if self._young_step(rid, n, t_ms):
+                still.append(rid)
+        young = self.young
         for rid in joined:
             n = tokens.item(rid) + 1
             tokens[rid] = n
             last[rid] = t_ms
             members[rid] = n - passes
-        watch = co.watch
-        for rid in watch:  # young members: keep their slots current for the young scan
-            tokens[rid] = members[rid] + passes
-            last[rid] = t_ms
+            if rid in young and self._young_step(rid, n, t_ms):
+                still.append(rid)
         for rid in leaving:  # final values of requests leaving the batch (they finished)
             tokens[rid] = members.pop(rid) + passes
             last[rid] = t_ms
+        co.watch = [rid for rid in still if rid in members] if still and leaving else still
         co.passes = passes
         co.t_ms = t_ms
         co.serial = delta.serial
         self.lazy_passes += 1
         self._cohort[source] = (ids, t_ms)  # every id emitted at t_ms, as after the general path
-        young = self.young
-        if young:
-            self._young_tokens(t_ms)
-            if watch or joined:
-                co.watch = [rid for rid in (*watch, *joined) if rid in young and rid in members]
-        elif watch:
-            co.watch = []
         return True
+
+    def _young_step(self, rid: int, n: int, t_ms: float) -> bool:
+        """``_young_tokens`` for one request whose count is now ``n``; True if still young."""
+        young = self.young
+        seen = young.get(rid)
+        if seen is None:
+            return False
+        if n == seen:
+            return True
+        if n == 1:
+            self.first_token[rid] = t_ms
+            young[rid] = 1
+            return True
+        if seen == 0:  # two tokens since the last look cannot happen in one pass
+            self.first_token[rid] = t_ms
+        self.second_token[rid] = t_ms
+        del young[rid]
+        return False
 
     def _start_cohort(self, source: int, ids: npt.NDArray[np.int64], t_ms: float, delta: LockstepDelta) -> None:
         """After the general path applied a lockstep pass: keep its batch as a lazy cohort."""
