@@ -389,7 +389,6 @@ class VllmWorker:
         else:
             active_tokens = self.pool.num_active_blocks * bs
         finishing = self._finish_at.pop(k, None)
-        changed_members = bool(new) or bool(finishing)
         finished_ids: list[int] = []
         no_token: list[_Req] = []
         joined: list[int] = []  # emitting newcomers, in the order they join `run`
@@ -414,8 +413,10 @@ class VllmWorker:
                 del run[r.rid]
                 finished_ids.append(r.rid)
                 self._complete(r)
-        if new or no_token:
-            self._rid_arr = None
+        if joined and self._rid_arr is not None:
+            # run = the cached batch + the joiners (no-token newcomers already left again):
+            # extend the cached array instead of rebuilding it from `run` (O(batch) in Python)
+            self._rid_arr = np.concatenate((self._rid_arr, np.array(joined, dtype=np.int64)))
         emitted = self._running_ids()
         n_ready = len(emitted)
         if finishing:
@@ -429,8 +430,13 @@ class VllmWorker:
                 r.nblocks = ceil_div(r.computed, bs)
                 finished_ids.append(r.rid)
                 self._complete(r)
-        if changed_members:
-            self._rid_arr = None
+        if finishing:
+            # the next batch is this one minus the leavers (a new array: handed-out arrays are
+            # never mutated; the collector's same-array shortcut relies on it)
+            keep = emitted != finishing[0].rid
+            for r in finishing[1:]:
+                keep &= emitted != r.rid
+            self._rid_arr = emitted[keep]
         if not run:
             self._lock = False
         decode_ms = self._timing.decode_ms(n_ready, active_tokens) if not self._is_prefill else 0.0
@@ -945,3 +951,5 @@ class VllmWorker:
         for h, c in self.pool.refs.items():
             assert ref_count.get(h, 0) == c, (h, c, ref_count.get(h, 0))
         assert len(self._run) <= self.args.max_num_seqs
+        if self._lock and self._rid_arr is not None:  # the cached batch array is the batch
+            assert self._rid_arr.tolist() == list(self._run), (self._rid_arr, list(self._run))
