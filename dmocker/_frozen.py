@@ -10,9 +10,9 @@ admissions, facts, turns), so the generated ``__init__`` alone was ~3 % of a rep
 :func:`fast_frozen_init` swaps in an ``__init__`` with the same signature (positional order,
 keyword names, plain defaults) that writes the slots directly.  Everything else -- frozenness,
 ``__eq__``, ``__hash__``, ``__repr__``, ``replace()``, pickling -- is the dataclass's own.
-Only the simple shape is supported (no ``default_factory``, ``InitVar``, ``init=False`` fields
-or ``__post_init__``); anything else raises at decoration time, so a class that grows such a
-field fails loudly instead of silently changing behaviour.
+Only the simple shape is supported (plain defaults and ``default_factory``; no ``InitVar``,
+``init=False`` fields or ``__post_init__``); anything else raises at decoration time, so a
+class that grows such a field fails loudly instead of silently changing behaviour.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from typing import TypeVar
 __all__ = ["fast_frozen_init"]
 
 T = TypeVar("T")
+_MISSING = object()  # "argument omitted" marker for fields with a default_factory
 
 
 def fast_frozen_init(cls: type[T]) -> type[T]:
@@ -36,15 +37,18 @@ def fast_frozen_init(cls: type[T]) -> type[T]:
         raise TypeError(f"{cls.__name__} defines __post_init__, which fast_frozen_init does not run")
     names: list[str] = []
     defaults: dict[str, object] = {}
+    factories: dict[str, object] = {}
     for f in dataclasses.fields(cls):
-        if not f.init or f.default_factory is not dataclasses.MISSING or not f.name.isidentifier():
+        if not f.init or not f.name.isidentifier():
             raise TypeError(f"{cls.__name__}.{f.name}: only plain init fields are supported")
         names.append(f.name)
         if f.default is not dataclasses.MISSING:
             defaults[f.name] = f.default
-        elif defaults:
+        elif f.default_factory is not dataclasses.MISSING:
+            factories[f.name] = f.default_factory
+        elif defaults or factories:
             raise TypeError(f"{cls.__name__}.{f.name}: non-default field after a default one")
-    namespace: dict[str, object] = {}
+    namespace: dict[str, object] = {"_MISSING": _MISSING}
     params_src: list[str] = []
     body: list[str] = []
     for i, name in enumerate(names):
@@ -52,6 +56,10 @@ def fast_frozen_init(cls: type[T]) -> type[T]:
         if name in defaults:
             namespace[f"_default{i}"] = defaults[name]
             params_src.append(f"{name}=_default{i}")
+        elif name in factories:  # as dataclasses do: a fresh value per call when omitted
+            namespace[f"_factory{i}"] = factories[name]
+            params_src.append(f"{name}=_MISSING")
+            body.append(f"    if {name} is _MISSING:\n        {name} = _factory{i}()")
         else:
             params_src.append(name)
         body.append(f"    _set{i}(self, {name})")

@@ -56,14 +56,17 @@ def test_unsupported_shapes_fail_loudly() -> None:
         a: int
 
     @dataclasses.dataclass(frozen=True, slots=True)
-    class Factory:
-        a: list[int] = dataclasses.field(default_factory=list)
+    class PostInit:
+        a: int
+
+        def __post_init__(self) -> None:
+            pass
 
     @dataclasses.dataclass(slots=True)
     class Mutable:
         a: int
 
-    for cls in (NoSlots, Factory, Mutable):
+    for cls in (NoSlots, PostInit, Mutable):
         with pytest.raises(TypeError):
             fast_frozen_init(cls)
 
@@ -78,3 +81,16 @@ def test_introspection_sees_the_dataclass_signature() -> None:
     assert typing.get_type_hints(_Fast.__init__) == typing.get_type_hints(_Plain.__init__)
     # st.builds infers the field strategies from those hints, as for the plain dataclass
     assert find(st.builds(_Fast), lambda v: v.a > 5 and isinstance(v.b, float)).a > 5
+
+
+def test_default_factory_gives_a_fresh_value_per_instance() -> None:
+    @fast_frozen_init
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class WithFactory:
+        a: int
+        b: list[int] = dataclasses.field(default_factory=list)
+
+    x, y = WithFactory(1), WithFactory(2)
+    assert x.b == [] and x.b is not y.b
+    given_list = [3]
+    assert WithFactory(1, given_list).b is given_list

@@ -55,6 +55,8 @@ from typing import Protocol, TypeAlias, Union
 import numpy as np
 import numpy.typing as npt
 
+from dmocker._frozen import fast_frozen_init
+
 from dmocker.handoff.types import (
     DestinationReserved,
     HandoffId,
@@ -266,6 +268,7 @@ class EngineArgs:
         )
 
 
+@fast_frozen_init  # built per request or per pass on the replay's hot path
 @dataclass(frozen=True, slots=True)
 class EngineRequest:
     """One request as an engine sees it.
@@ -314,6 +317,7 @@ KvEvent: TypeAlias = Union[KvStored, KvRemoved]
 LifecycleEvent: TypeAlias = Union[SourceHeld, DestinationReserved]
 
 
+@fast_frozen_init  # built per request or per pass on the replay's hot path
 @dataclass(frozen=True, slots=True)
 class CommandEffects:
     """The immediate result of a command.
@@ -329,6 +333,7 @@ class CommandEffects:
     kv_events: tuple[KvEvent, ...] = ()
 
 
+@fast_frozen_init  # built per request or per pass on the replay's hot path
 @dataclass(frozen=True, slots=True)
 class Admission:
     """A request admitted into the running batch at pass start (collector: *_admit_ms).
@@ -341,6 +346,7 @@ class Admission:
     reused_input_tokens: int
 
 
+@fast_frozen_init  # built per request or per pass on the replay's hot path
 @dataclass(frozen=True, slots=True)
 class PassPlan:
     """What a started pass is known to do at its start time."""
@@ -355,6 +361,7 @@ class PassPlan:
     decode_tokens: int = 0  # requests decoded in this pass (telemetry)
 
 
+@fast_frozen_init  # built per request or per pass on the replay's hot path
 @dataclass(frozen=True, slots=True)
 class LockstepDelta:
     """How a lockstep decode pass's emitters differ from the previous pass's (vLLM hot path).
@@ -378,6 +385,7 @@ class LockstepDelta:
     leaving: tuple[int, ...] = ()
 
 
+@fast_frozen_init  # built per request or per pass on the replay's hot path
 @dataclass(frozen=True, slots=True)
 class PassCompletion:
     """The deferred effects of a pass, stamped at its end time.
