@@ -699,34 +699,23 @@ class DisaggRuntime:
         if outcome.kind is _K_FAILED:
             if self.collector.on_terminal(req.rid, TerminalStatus.FAILED, self.now_ms):
                 req.terminal_ms = self.now_ms
-        coord = req.coord
-        logging = self._events_out is not None
-        prev = coord.state if logging else -1
-        try:
-            actions = coord.on_action_outcome(issued.id, outcome)
-        except HandoffError as exc:
-            raise ReplayInvariantError(
-                f"request {req.rid}: coordinator rejected outcome {outcome.kind.value} for "
-                f"{type(issued.action).__name__}: {exc}"
-            ) from exc
-        if logging:
-            self._log(req, prev, f"{_ACTION_NAME[type(issued.action)]}.{outcome.kind.value}", None)
-        if actions:  # queue what was issued (inlined: ~6 calls a request issue an action)
-            req.queued += len(actions)
-            for a in actions:
-                self._pending.append((req, a))
+        self._ack_ok(req, issued, outcome.kind, outcome)
 
-    def _ack_ok(self, req: _Req, issued: IssuedAction, kind: OutcomeKind) -> None:
-        """``_ack(req, issued, Outcome(kind))`` for a message-less kind other than FAILED.
+    def _ack_ok(self, req: _Req, issued: IssuedAction, kind: OutcomeKind, outcome: Outcome | None = None) -> None:
+        """Hand an action's outcome to the coordinator and queue what it issues.
 
-        The replay's ~5 acknowledgements per request take this path: the coordinator's lean
-        ``on_outcome_kind`` answers exactly as ``on_action_outcome`` would, without the Outcome.
+        Without ``outcome`` (a message-less kind other than FAILED; the replay's ~5
+        acknowledgements per request) the coordinator's lean ``on_outcome_kind`` answers
+        exactly as ``on_action_outcome`` would, without building an Outcome.
         """
         coord = req.coord
         logging = self._events_out is not None
         prev = coord.state if logging else -1
         try:
-            actions = coord.on_outcome_kind(issued.id, kind)
+            if outcome is None:
+                actions = coord.on_outcome_kind(issued.id, kind)
+            else:
+                actions = coord.on_action_outcome(issued.id, outcome)
         except HandoffError as exc:
             raise ReplayInvariantError(
                 f"request {req.rid}: coordinator rejected outcome {kind.value} for "
