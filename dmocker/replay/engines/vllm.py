@@ -50,7 +50,8 @@ import numpy.typing as npt
 
 from dmocker.handoff.types import DestinationReserved, SourceHeld
 from dmocker.replay.engines.block_pool import BlockPool, generated_block_ids
-from dmocker.replay.engines.common import ceil_div, kv_events, remove_pending
+from dmocker.replay.engines.common import ceil_div
+from dmocker.replay.engines.handoff_base import NOOP, HandoffWorkerBase
 from dmocker.replay.engines.interface import (
     Admission,
     DecodeKvAccounting,
@@ -72,10 +73,6 @@ from dmocker.replay.engines.timing import PassTiming
 __all__ = ["VllmWorker"]
 
 I64 = npt.NDArray[np.int64]
-# shared immutable results (frozen values): most commands return one of these
-_NOOP = CommandEffects(CommandResult.NOOP)
-_SUBMITTED = CommandEffects(CommandResult.SUBMITTED)
-_APPLIED = CommandEffects(CommandResult.APPLIED)
 
 
 
@@ -125,20 +122,7 @@ class _Outcome(enum.Enum):
     CURRENT_PREEMPTED = 3
 
 
-def _validate_request(req: EngineRequest, block_size: int) -> None:
-    n = req.input_length
-    if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
-        raise EngineCommandError(f"request {req.request_id}: input_length must be a positive integer")
-    if req.max_output_tokens < 0:
-        raise EngineCommandError(f"request {req.request_id}: max_output_tokens must be >= 0")
-    if len(req.block_hashes) != n // block_size:
-        raise EngineCommandError(
-            f"request {req.request_id}: {len(req.block_hashes)} block hashes for {n} tokens at "
-            f"block size {block_size} (expected {n // block_size})"
-        )
-
-
-class VllmWorker:
+class VllmWorker(HandoffWorkerBase[_Req]):
     """One mock vLLM worker (see module docstring)."""
 
     def __init__(self, args: EngineArgs, worker_idx: int = 0, *, record_kv_events: bool = False,
@@ -146,6 +130,11 @@ class VllmWorker:
         self.args = args
         self.worker_idx = worker_idx
         self._bs = args.page_tokens
+        self._block = self._bs
+        self._unit = "block size"
+        self._held = _St.HELD
+        self._waiting_status = _St.WAITING
+        self._pending_status = _St.REMOTE_PENDING
         self._is_prefill = args.worker_type is WorkerType.PREFILL
         self._caching = args.enable_prefix_caching
         self._mml = args.max_model_len
@@ -182,17 +171,27 @@ class VllmWorker:
         self.lockstep_passes = 0
         self.exact_passes = 0
 
-    # --- protocol surface ----------------------------------------------------------------------
+    # --- hooks of the shared handoff bookkeeping (handoff_base) --------------------------------
 
-    @property
-    def busy(self) -> bool:
-        return self._busy
+    def _new_request(self, request: EngineRequest, maxout: int, handoff: Hashable, status: enum.Enum) -> _Req:
+        assert isinstance(status, _St)
+        return _Req(request, maxout, handoff, status, self._mml)
+
+    def _remove(self, r: _Req) -> None:
+        self._drop(r)
+
+    def _mark_reserved(self, head: _Req, n_blocks: int) -> None:
+        head.nblocks = n_blocks
+        head.status = _St.RESERVED
+
+    def _reservation_gate(self, head: _Req) -> bool:
+        return len(self._run) < self.args.max_num_seqs
+
+    # --- protocol surface ----------------------------------------------------------------------
 
     def has_work(self) -> bool:
         return bool(self._waiting) or bool(self._run)
 
-    def is_drained(self) -> bool:
-        return not self._busy and not self._live
 
     @property
     def num_running(self) -> int:
@@ -204,77 +203,17 @@ class VllmWorker:
 
     # --- commands: source side -----------------------------------------------------------------
 
-    def submit_handoff_prefill(self, handoff_id: Hashable, request: EngineRequest) -> CommandEffects:
-        _validate_request(request, self._bs)
-        if request.request_id in self._live:
-            raise EngineCommandError(f"request {request.request_id} is already active")
-        if handoff_id in self._sources:
-            raise EngineCommandError(f"handoff {handoff_id!r} is already registered")
-        r = _Req(request, min(request.max_output_tokens, 1), handoff_id, _St.WAITING, self._mml)
-        r.source = True
-        self._live[r.rid] = r
-        self._sources[handoff_id] = r
-        self._waiting.append(r)
-        return _SUBMITTED
 
-    def submit(self, request: EngineRequest) -> CommandEffects:
-        """Plain (non-handoff) request: aggregated use and tests."""
-        _validate_request(request, self._bs)
-        if request.request_id in self._live:
-            raise EngineCommandError(f"request {request.request_id} is already active")
-        r = _Req(request, request.max_output_tokens, None, _St.WAITING, self._mml)
-        self._live[r.rid] = r
-        self._waiting.append(r)
-        return _SUBMITTED
 
-    def release_source(self, handoff_id: Hashable) -> CommandEffects:
-        r = self._sources.pop(handoff_id, None)
-        if r is None:
-            return _NOOP
-        r.source = False
-        if r.status is _St.HELD:
-            self._free_kv(r)
-            del self._live[r.rid]
-            self._gen += 1
-        # pending: the prefill releases itself when it finishes
-        return self._after_applied()
 
-    def cancel_source(self, handoff_id: Hashable) -> CommandEffects:
-        r = self._sources.pop(handoff_id, None)
-        if r is None:
-            return _NOOP
-        r.source = False
-        if r.status is _St.HELD:
-            self._free_kv(r)
-            del self._live[r.rid]
-            self._gen += 1
-        else:
-            self._drop(r)
-        return self._after_applied()
 
     # --- commands: destination side ------------------------------------------------------------
 
-    def reserve_destination(self, handoff_id: Hashable, request: EngineRequest) -> CommandEffects:
-        _validate_request(request, self._bs)
-        if request.request_id in self._live:
-            raise EngineCommandError(f"request {request.request_id} is already active")
-        if handoff_id in self._reserved or handoff_id in self._active_dest or handoff_id in self._pending_ids:
-            raise EngineCommandError(f"destination handoff {handoff_id!r} is already active")
-        if ceil_div(request.input_length, self._bs) > self.args.num_gpu_blocks:
-            raise EngineCommandError("destination prompt exceeds the KV pool capacity")
-        r = _Req(request, request.max_output_tokens, handoff_id, _St.REMOTE_PENDING, self._mml)
-        self._live[r.rid] = r
-        self._pending.append((r, -1))
-        self._pending_ids.add(handoff_id)
-        lifecycle: tuple[LifecycleEvent, ...] = ()
-        if not self._busy:
-            lifecycle = tuple(self._retry_destinations())
-        return CommandEffects(CommandResult.ACCEPTED, lifecycle, self._drain_kv())
 
     def activate_destination(self, handoff_id: Hashable) -> CommandEffects:
         r = self._reserved.pop(handoff_id, None)
         if r is None:
-            return _NOOP
+            return NOOP
         # Commit: fresh full prompt blocks enter the cache (Stored); the partial tail and any
         # block whose hash got cached meanwhile stay private.
         if self._caching and len(r.hashes) > len(r.cached):
@@ -287,24 +226,6 @@ class VllmWorker:
         self._waiting.append(r)
         return self._after_applied()
 
-    def cancel_destination(self, handoff_id: Hashable) -> CommandEffects:
-        if handoff_id in self._pending_ids:
-            p = remove_pending(self._pending, self._pending_ids, handoff_id)
-            del self._live[p.rid]
-            self._gen += 1
-            return self._after_applied()
-        r = self._reserved.pop(handoff_id, None)
-        if r is not None:
-            self._free_kv(r)
-            del self._live[r.rid]
-            self._gen += 1
-            return self._after_applied()
-        r = self._active_dest.pop(handoff_id, None)
-        if r is None:
-            return _NOOP
-        r.dest = False
-        self._drop(r)
-        return self._after_applied()
 
     # --- passes --------------------------------------------------------------------------------
 
@@ -865,51 +786,8 @@ class VllmWorker:
             r.dest = False
         self._live.pop(r.rid, None)
 
-    def _after_applied(self) -> CommandEffects:
-        lifecycle: tuple[LifecycleEvent, ...] = ()
-        if not self._busy and self._pending:
-            lifecycle = tuple(self._retry_destinations())
-        events = self._drain_kv()
-        if not lifecycle and not events:
-            return _APPLIED
-        return CommandEffects(CommandResult.APPLIED, lifecycle, events)
 
-    def _retry_destinations(self) -> list[LifecycleEvent]:
-        """Try the head of the pending-destination FIFO once per capacity generation (§2.4)."""
-        if not self._pending:
-            return []
-        gen = self._gen
-        head, last = self._pending[0]
-        if len(self._run) >= self.args.max_num_seqs:
-            self._pending[0] = (head, gen)
-            return []
-        if last == gen:
-            return []
-        self._pending[0] = (head, gen)
-        bs = self._bs
-        n_blocks = ceil_div(head.prompt, bs)
-        pool = self.pool
-        if self._caching and head.hashes:
-            n_prefix = pool.match_prefix(head.hashes, len(head.hashes))[0]
-        else:
-            n_prefix = 0
-        prefix = head.hashes[:n_prefix]
-        fresh = n_blocks - n_prefix
-        if not pool.claim(prefix, fresh):
-            return []
-        head.cached = list(prefix)
-        head.nblocks = n_blocks
-        head.status = _St.RESERVED
-        self._pending.popleft()
-        self._pending_ids.discard(head.handoff)
-        self._reserved[head.handoff] = head
-        return [DestinationReserved(head.handoff, fresh * bs)]
 
-    def _drain_kv(self) -> tuple[KvEvent, ...]:
-        if not self._record:
-            return ()
-        ev = self.pool.drain_events()
-        return kv_events(ev) if ev else ()
 
     # --- introspection for tests ---------------------------------------------------------------
 
