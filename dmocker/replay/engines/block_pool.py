@@ -30,7 +30,7 @@ drains them with :func:`dmocker.replay.engines.common.kv_events` at its visibili
 from __future__ import annotations
 
 from collections import OrderedDict
-from itertools import compress, filterfalse, islice, repeat, takewhile
+from itertools import islice
 from typing import Sequence
 
 from dmocker.replay.engines.hashing import HASH_BITS
@@ -42,12 +42,10 @@ __all__ = ["BlockPool", "PRIVATE_HASH_BASE", "generated_block_ids"]
 # ids below 2**35 keep them under 2**60: two-digit ints, as cheap to hash as prompt hashes.
 PRIVATE_HASH_BASE = 1 << HASH_BITS
 
-# Per-block work below is done with C-level iteration (map/zip/compress over bound methods)
-# rather than Python loops or comprehensions: these calls run for every block of every request
-# on both pools, and on CPython 3.11 this is measurably cheaper (~15 % of the pool's time).
-_INC = (1).__add__
-_DEC = (-1).__add__
-_IS_ZERO = (0).__eq__
+# Per-block work below is written as plain loops with one dict operation per block and step.
+# Measured on a recorded call trace (bench: every pool call of a 10k-request replay), that is
+# ~25 % cheaper than building intermediate lists with map/zip/compress over bound methods, both
+# interpreted and mypyc-compiled (where the loops become direct dict calls).
 
 
 def generated_block_ids(request_id: int, first: int, stop: int) -> list[int]:
@@ -95,16 +93,21 @@ class BlockPool:
         blocks are resident, how many leading of those are referenced (free to share), and how
         many of the resident prefix are inactive (acquiring them removes them from the LRU)."""
         refs = self.refs
-        if not hashes or hashes[0] not in refs:
-            return 0, 0, 0
-        # the resident prefix ends at the first miss: stop probing there (C-level loop)
-        vals = list(map(refs.__getitem__, takewhile(refs.__contains__, hashes[:limit])))
-        n = len(vals)
-        try:
-            active = vals.index(0)
-        except ValueError:
+        n = 0
+        active = -1
+        zeros = 0
+        for i in range(min(limit, len(hashes))):
+            v = refs.get(hashes[i], -1)
+            if v < 0:
+                break
+            n += 1
+            if v == 0:
+                zeros += 1
+                if active < 0:
+                    active = i
+        if active < 0:
             return n, n, 0
-        return n, active, vals.count(0)
+        return n, active, zeros
 
     # --- mutations -----------------------------------------------------------------------------
 
@@ -113,30 +116,30 @@ class BlockPool:
         if not hashes:
             return
         refs = self.refs
-        vals = list(map(refs.__getitem__, hashes))
-        if 0 in vals:
-            inactive = self.inactive
-            for h, v in zip(hashes, vals):
-                if v == 0:
-                    del inactive[h]
-        refs.update(zip(hashes, map(_INC, vals)))
+        inactive = self.inactive
+        for h in hashes:
+            v = refs[h]
+            if v == 0:
+                del inactive[h]
+            refs[h] = v + 1
 
     def claim(self, hashes: Sequence[int], fresh: int) -> bool:
         """Reference the resident ``hashes`` and take ``fresh`` new blocks, if both fit: the
         fresh blocks may not come from the inactive blocks being re-referenced.  All or
-        nothing (False: nothing changed).  One read of the hashes' counts serves the fit test
-        and the acquisition."""
+        nothing (False: nothing changed): the fit test runs before anything is touched."""
         refs = self.refs
-        vals = list(map(refs.__getitem__, hashes))
-        reactivated = vals.count(0)
+        reactivated = 0
+        for h in hashes:
+            if refs[h] == 0:
+                reactivated += 1
         if fresh > self.free + len(self.inactive) - reactivated:
             return False
-        if vals:
-            if reactivated:
-                inactive = self.inactive
-                for h in compress(hashes, map(_IS_ZERO, vals)):
-                    del inactive[h]
-            refs.update(zip(hashes, map(_INC, vals)))
+        inactive = self.inactive
+        for h in hashes:
+            v = refs[h]
+            if v == 0:
+                del inactive[h]
+            refs[h] = v + 1
         return self.take(fresh)
 
     def take(self, n: int) -> bool:
@@ -172,9 +175,12 @@ class BlockPool:
         block stays a private duplicate).
         """
         refs = self.refs
-        new = list(filterfalse(refs.__contains__, hashes))
+        new: list[int] = []
+        for h in hashes:
+            if h not in refs:
+                new.append(h)
+                refs[h] = 1
         if new:
-            refs.update(zip(new, repeat(1)))
             if self.record and new[0] < PRIVATE_HASH_BASE:
                 self.events.extend(new)
         return new
@@ -185,18 +191,12 @@ class BlockPool:
         if not hashes:
             return
         refs = self.refs
-        vals = list(map(refs.__getitem__, hashes))
         inactive = self.inactive
-        if vals.count(1) == len(vals):
-            # common case: the last holder of every block
-            refs.update(zip(hashes, repeat(0)))
-            for h in reversed(hashes):
-                inactive[h] = None
-            return
-        dec = list(map(_DEC, vals))
-        refs.update(zip(hashes, dec))
-        if 0 in dec:
-            for h in compress(reversed(hashes), map(_IS_ZERO, reversed(dec))):
+        for i in range(len(hashes) - 1, -1, -1):
+            h = hashes[i]
+            v = refs[h] - 1
+            refs[h] = v
+            if v == 0:
                 inactive[h] = None
 
     def drain_events(self) -> list[int]:
