@@ -6,6 +6,16 @@ in a handful of typed arrays, 45 bytes in all, and each decode pass updates its 
 requests with one fancy-indexing operation; nothing is allocated per token or per finished
 request.  Inter-token gaps go into :class:`LogSketch` (DDSketch-style buckets, 0.1 % relative
 error, as the reference) together with exact count, sum, min and max.
+
+Lockstep cohorts: a vLLM decode worker in lockstep reports each pass as a change of its
+previous batch (:class:`~dmocker.replay.engines.interface.LockstepDelta`).  The collector then
+keeps that batch as a lazy *cohort*: per member only ``tokens - passes`` (its token count
+relative to the cohort's pass counter), and for the cohort the time of its last pass, which is
+every member's last token time.  A pass costs one weighted ITL sample plus scalar work for the
+requests that join or leave; ``tokens`` and ``last_token`` of the other members are written
+("settled") only when somebody reads them: :meth:`Collector.settle` for one request,
+the ``tokens`` / ``last_token`` properties for all, or a pass of that worker that is not a
+continuation of the cohort (which settles and drops it, then takes the general path).
 """
 
 from __future__ import annotations
@@ -13,9 +23,13 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from dmocker.replay.engines.interface import LockstepDelta
 
 __all__ = ["TerminalStatus", "LogSketch", "Collector", "DistributionStats", "nearest_rank"]
 
@@ -269,15 +283,41 @@ class GapSketches:
         return self.per_user.stats()
 
 
+class _Cohort:
+    """One decode worker's lockstep batch, kept lazily (see the module docstring).
+
+    Invariants between passes: every member emitted at each of the cohort's passes, its
+    settled token count is ``members[rid] + passes`` and its last token time is ``t_ms``;
+    ``watch`` holds the members still "young" (before their second token), whose array slots
+    are written at every pass so that the young scan sees them.  Member order is the engine's
+    running order (joiners appended), i.e. the order of the ``emitted`` arrays.
+    """
+
+    __slots__ = ("serial", "t_ms", "passes", "members", "watch")
+
+    def __init__(self, serial: int, t_ms: float, members: dict[int, int], watch: list[int]) -> None:
+        self.serial = serial  # LockstepDelta.serial of the last pass applied
+        self.t_ms = t_ms
+        self.passes = 0
+        self.members = members
+        self.watch = watch
+
+
 class Collector:
-    """Per-request slots for every request of the workload (indexed by ``request_id``)."""
+    """Per-request slots for every request of the workload (indexed by ``request_id``).
+
+    ``tokens`` and ``last_token`` are properties that settle lazy lockstep cohorts first (see
+    the module docstring); hot paths use the raw arrays ``_tokens`` / ``_last``.  Pass
+    ``lockstep_deltas=False`` to ignore engine deltas and always take the general path (tests
+    compare both).
+    """
 
     __slots__ = (
         "arrival",
         "first_token",
         "second_token",
-        "last_token",
-        "tokens",
+        "_last",
+        "_tokens",
         "status",
         "input_length",
         "reused",
@@ -285,18 +325,21 @@ class Collector:
         "gaps",
         "young",
         "_cohort",
+        "_lazy",
+        "_use_deltas",
+        "lazy_passes",
         "max_terminal_ms",
         "prefill_worker_seconds",
         "decode_worker_seconds",
     )
 
-    def __init__(self, num_requests: int) -> None:
+    def __init__(self, num_requests: int, *, lockstep_deltas: bool = True) -> None:
         n = num_requests
         self.arrival = np.full(n, np.nan, dtype=np.float64)
         self.first_token = np.full(n, np.nan, dtype=np.float64)
         self.second_token = np.full(n, np.nan, dtype=np.float64)
-        self.last_token = np.full(n, np.nan, dtype=np.float64)
-        self.tokens = np.zeros(n, dtype=np.int32)
+        self._last = np.full(n, np.nan, dtype=np.float64)
+        self._tokens = np.zeros(n, dtype=np.int32)
         self.status = np.zeros(n, dtype=np.int8)
         self.input_length = np.zeros(n, dtype=np.int32)
         self.reused = np.zeros(n, dtype=np.int32)
@@ -305,6 +348,9 @@ class Collector:
         self.young: dict[int, int] = {}
         # source -> (ids array of its last emission, time): see on_tokens
         self._cohort: dict[int, tuple[npt.NDArray[np.int64], float]] = {}
+        self._lazy: dict[int, _Cohort] = {}  # source -> its lazy lockstep cohort
+        self._use_deltas = lockstep_deltas
+        self.lazy_passes = 0  # passes applied through a lazy cohort (telemetry, tests)
         self.max_terminal_ms = 0.0
         self.prefill_worker_seconds = 0.0
         self.decode_worker_seconds = 0.0
@@ -318,12 +364,178 @@ class Collector:
         if reused_tokens > self.reused.item(request_id):
             self.reused[request_id] = reused_tokens
 
-    def on_decode_admit(self, request_id: int) -> None:
-        """A request entered a decode batch: watch it until its second token."""
-        self.young[request_id] = self.tokens.item(request_id)
+    @property
+    def tokens(self) -> npt.NDArray[np.int32]:
+        """Output tokens per request (settled: includes every lazy lockstep cohort)."""
+        if self._lazy:
+            self.settle_all()
+        return self._tokens
 
-    def on_tokens(self, ids: npt.NDArray[np.int64], t_ms: float, source: int = -1) -> None:
+    @property
+    def last_token(self) -> F64:
+        """Last token time per request, NaN before the first (settled, like ``tokens``)."""
+        if self._lazy:
+            self.settle_all()
+        return self._last
+
+    def settle_all(self) -> None:
+        """Write every lazy cohort member's token count and last token time into the arrays.
+
+        The cohorts stay valid (their lazy values and the written ones agree), so this may be
+        called at any time between passes.
+        """
+        for co in self._lazy.values():
+            self._settle_cohort(co)
+
+    def settle(self, request_id: int) -> None:
+        """Like :meth:`settle_all` for one request (O(number of decode workers))."""
+        for co in self._lazy.values():
+            off = co.members.get(request_id)
+            if off is not None:
+                self._tokens[request_id] = off + co.passes
+                self._last[request_id] = co.t_ms
+                return
+
+    def output_of(self, request_id: int) -> tuple[int, float, float, float]:
+        """Settled (tokens, first, second, last token time) of one request (per-request records)."""
+        self.settle(request_id)
+        return (
+            self._tokens.item(request_id),
+            self.first_token.item(request_id),
+            self.second_token.item(request_id),
+            self._last.item(request_id),
+        )
+
+    def _settle_cohort(self, co: _Cohort) -> None:
+        members = co.members
+        n = len(members)
+        if n:
+            rids = np.fromiter(members.keys(), dtype=np.int64, count=n)
+            offs = np.fromiter(members.values(), dtype=np.int64, count=n)
+            self._tokens[rids] = offs + co.passes
+            self._last[rids] = co.t_ms
+
+    def on_decode_admit(self, request_id: int) -> None:
+        """A request entered a decode batch: watch it until its second token.
+
+        A decode admission is never of a running request, so the slot is never a lazy
+        cohort member's (a preempted member's cohort was settled by its worker's next pass).
+        """
+        self.young[request_id] = self._tokens.item(request_id)
+
+    def on_tokens(
+        self,
+        ids: npt.NDArray[np.int64],
+        t_ms: float,
+        source: int = -1,
+        delta: LockstepDelta | None = None,
+    ) -> None:
         """One decode pass emitted one token for each of ``ids`` (unique) at ``t_ms``.
+
+        ``delta`` (a lockstep pass of decode worker ``source``): when it continues this
+        source's lazy cohort, the pass is applied in O(joiners + leavers + young) without
+        touching ``ids`` (see the module docstring); otherwise the cohort is settled and
+        dropped, the general path runs, and a new cohort starts from ``ids``.  Any pass without
+        a delta settles and drops the source's cohort first.  Either way the ITL sketch gets
+        the same (gap, weight) additions in the same order as the general path alone.
+        """
+        if ids.shape[0] == 0:
+            return
+        if delta is not None and source >= 0 and self._use_deltas:
+            co = self._lazy.get(source)
+            if co is not None:
+                if co.serial == delta.follows and self._lazy_pass(co, ids, t_ms, source, delta):
+                    return
+                self._settle_cohort(co)
+            self._general_tokens(ids, t_ms, source)
+            self._start_cohort(source, ids, t_ms, delta)
+            return
+        if self._lazy and source in self._lazy:
+            self._settle_cohort(self._lazy.pop(source))
+        self._general_tokens(ids, t_ms, source)
+
+    def _lazy_pass(
+        self, co: _Cohort, ids: npt.NDArray[np.int64], t_ms: float, source: int, delta: LockstepDelta
+    ) -> bool:
+        """Apply one continuing lockstep pass to ``co``; False (nothing changed) if the delta
+        does not line up with the cohort, so the caller takes the general path."""
+        members = co.members
+        joined = delta.joined
+        leaving = delta.leaving
+        last = self._last
+        tokens = self._tokens
+        # Consistency checks (cheap: joiners and leavers are a handful per pass).
+        if len(members) + len(joined) != ids.shape[0]:
+            return False
+        for rid in joined:
+            if rid in members or last.item(rid) == last.item(rid):
+                return False  # a joiner with an earlier token time has a gap of its own
+        for rid in leaving:
+            if rid not in members and rid not in joined:
+                return False
+        # The general path's sample: every continuing member last emitted at co.t_ms;
+        # joiners have no previous token (NaN) and add nothing.
+        n_cont = len(members)
+        if n_cont:
+            self.gaps.add_same(t_ms - co.t_ms, n_cont)
+        passes = co.passes + 1
+        # First/second token times: only joiners and young members can change a young
+        # entry here (every other young request's count changed, if ever, in a pass that
+        # already looked at it), so they are handled directly instead of scanning `young`.
+        still: list[int] = []  # members still young after this pass
+        for rid in co.watch:  # young members: keep their slots current
+            n = members[rid] + passes
+            tokens[rid] = n
+            last[rid] = t_ms
+            if self._young_step(rid, n, t_ms):
+                still.append(rid)
+        young = self.young
+        for rid in joined:
+            n = tokens.item(rid) + 1
+            tokens[rid] = n
+            last[rid] = t_ms
+            members[rid] = n - passes
+            if rid in young and self._young_step(rid, n, t_ms):
+                still.append(rid)
+        for rid in leaving:  # final values of requests leaving the batch (they finished)
+            tokens[rid] = members.pop(rid) + passes
+            last[rid] = t_ms
+        co.watch = [rid for rid in still if rid in members] if still and leaving else still
+        co.passes = passes
+        co.t_ms = t_ms
+        co.serial = delta.serial
+        self.lazy_passes += 1
+        self._cohort[source] = (ids, t_ms)  # every id emitted at t_ms, as after the general path
+        return True
+
+    def _young_step(self, rid: int, n: int, t_ms: float) -> bool:
+        """``_young_tokens`` for one request whose count is now ``n``; True if still young."""
+        young = self.young
+        seen = young.get(rid)
+        if seen is None:
+            return False
+        if n == seen:
+            return True
+        if n == 1:
+            self.first_token[rid] = t_ms
+            young[rid] = 1
+            return True
+        if seen == 0:  # two tokens since the last look cannot happen in one pass
+            self.first_token[rid] = t_ms
+        self.second_token[rid] = t_ms
+        del young[rid]
+        return False
+
+    def _start_cohort(self, source: int, ids: npt.NDArray[np.int64], t_ms: float, delta: LockstepDelta) -> None:
+        """After the general path applied a lockstep pass: keep its batch as a lazy cohort."""
+        members = dict(zip(ids.tolist(), self._tokens[ids].tolist()))
+        for rid in delta.leaving:
+            members.pop(rid, None)
+        watch = [rid for rid in self.young if rid in members] if self.young else []
+        self._lazy[source] = _Cohort(delta.serial, t_ms, members, watch)
+
+    def _general_tokens(self, ids: npt.NDArray[np.int64], t_ms: float, source: int) -> None:
+        """Explicit update of every emitted slot (the pre-cohort path).
 
         Bulk work is five array operations; first and second token times are handled only for
         the few "young" requests (admitted, fewer than two tokens) with scalar updates, so the
@@ -336,11 +548,9 @@ class Collector:
         same as the general path (one weighted gap).
         """
         n = ids.shape[0]
-        if n == 0:
-            return
-        tokens = self.tokens
+        tokens = self._tokens
         tokens[ids] += 1
-        last = self.last_token
+        last = self._last
         if source >= 0:
             cohort = self._cohort
             seen = cohort.get(source)
@@ -370,7 +580,7 @@ class Collector:
         young = self.young
         if young:
             done: list[int] = []
-            item = self.tokens.item
+            item = self._tokens.item
             for rid, seen in young.items():
                 now = item(rid)
                 if now == seen:

@@ -557,7 +557,7 @@ class DisaggRuntime:
                 self._lifecycle(done.lifecycle)
             return
         # Decode: tokens, then terminals, then lifecycle facts (the reference's order).
-        self.collector.on_tokens(done.emitted, now, idx)
+        self.collector.on_tokens(done.emitted, now, idx, done.lockstep)
         if done.finished.shape[0] == 0 and not done.rejected:
             if done.lifecycle:
                 self._lifecycle(done.lifecycle)
@@ -915,10 +915,10 @@ class DisaggRuntime:
         assert out is not None
         c = self.collector
         rid = req.rid
-        n = int(c.tokens[rid])
-        first = float(c.first_token[rid]) if n > 0 else None
-        last = float(c.last_token[rid]) if n > 0 else None
-        second = float(c.second_token[rid]) if n > 1 else None
+        n, first_ms, second_ms, last_ms = c.output_of(rid)  # settled (lazy lockstep cohorts)
+        first = first_ms if n > 0 else None
+        last = last_ms if n > 0 else None
+        second = second_ms if n > 1 else None
         status = TerminalStatus(int(c.status[rid]))
         completed = status is TerminalStatus.COMPLETED
         rec: dict[str, object] = {

@@ -79,6 +79,7 @@ __all__ = [
     "Admission",
     "PassPlan",
     "PassCompletion",
+    "LockstepDelta",
     "EngineWorker",
     "IdArray",
     "make_worker",
@@ -355,6 +356,29 @@ class PassPlan:
 
 
 @dataclass(frozen=True, slots=True)
+class LockstepDelta:
+    """How a lockstep decode pass's emitters differ from the previous pass's (vLLM hot path).
+
+    Why: in lockstep every running request emits exactly one token per pass and the batch
+    changes by a request or two, so a collector can keep the batch implicitly and pay per
+    change instead of per member (see ``Collector.on_tokens``).
+
+    ``serial`` identifies this pass on its worker (strictly increasing).  ``follows`` is the
+    serial of the previous pass of the same unbroken lockstep run, or -1 when this pass starts
+    one (then only ``emitted`` describes the batch).  When ``follows`` is set, this pass's
+    ``emitted`` is exactly: the previous pass's ``emitted`` minus its ``leaving``, in order,
+    then ``joined`` (requests emitting their first token of the run, none of which has emitted
+    on this worker before).  ``leaving``: emitted ids that emit their last token here and
+    leave the batch (they are ``finished``).
+    """
+
+    serial: int
+    follows: int
+    joined: tuple[int, ...] = ()
+    leaving: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class PassCompletion:
     """The deferred effects of a pass, stamped at its end time.
 
@@ -366,6 +390,8 @@ class PassCompletion:
     ``lifecycle``: SourceHeld (prefill finishing), DestinationReserved (end-of-pass retry).
     ``kv_events`` (workers built with ``record_kv_events``): SGLang's pass events (visible at
     pass end), then, for both engines, Removed events of the end-of-pass destination retry.
+    ``lockstep``: set by a vLLM decode worker on a lockstep pass (see :class:`LockstepDelta`);
+    None for every other pass.
     """
 
     end_ms: float
@@ -374,6 +400,7 @@ class PassCompletion:
     rejected: tuple[int, ...] = ()
     lifecycle: tuple[LifecycleEvent, ...] = ()
     kv_events: tuple[KvEvent, ...] = ()
+    lockstep: LockstepDelta | None = None
 
 
 class EngineWorker(Protocol):

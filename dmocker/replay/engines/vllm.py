@@ -61,6 +61,7 @@ from dmocker.replay.engines.interface import (
     EngineRequest,
     KvEvent,
     LifecycleEvent,
+    LockstepDelta,
     PassCompletion,
     PassPlan,
     WorkerType,
@@ -166,6 +167,9 @@ class VllmWorker:
         self._sum_po = 0  # sum of prompt + off over lockstep running requests
         self._finish_at: dict[int, list[_Req]] = {}
         self._rid_arr: I64 | None = None
+        # pass index of the last lockstep pass that produced a completion: the next lockstep
+        # pass continues its run (LockstepDelta.follows) only if it is pass _ls_k + 1
+        self._ls_k = -1
         # handoff registries (insertion-ordered: deterministic)
         self._sources: dict[Hashable, _Req] = {}  # pending or held sources by handoff id
         self._pending: deque[tuple[_Req, int]] = deque()  # (request, last attempted generation)
@@ -334,6 +338,7 @@ class VllmWorker:
                 rejected=c.rejected,
                 lifecycle=c.lifecycle + tuple(retry),
                 kv_events=events,
+                lockstep=c.lockstep,
             )
         return c
 
@@ -384,9 +389,9 @@ class VllmWorker:
         else:
             active_tokens = self.pool.num_active_blocks * bs
         finishing = self._finish_at.pop(k, None)
-        changed_members = bool(new) or bool(finishing)
         finished_ids: list[int] = []
         no_token: list[_Req] = []
+        joined: list[int] = []  # emitting newcomers, in the order they join `run`
         if new:
             for r in new:
                 run[r.rid] = r
@@ -395,6 +400,7 @@ class VllmWorker:
                 if r.limit <= 0:
                     no_token.append(r)
                     continue
+                joined.append(r.rid)
                 self._bcount[r.bkt] += 1
                 self._sum_po += r.prompt + r.off
                 r.kf = r.limit - r.off
@@ -407,8 +413,10 @@ class VllmWorker:
                 del run[r.rid]
                 finished_ids.append(r.rid)
                 self._complete(r)
-        if new or no_token:
-            self._rid_arr = None
+        if joined and self._rid_arr is not None:
+            # run = the cached batch + the joiners (no-token newcomers already left again):
+            # extend the cached array instead of rebuilding it from `run` (O(batch) in Python)
+            self._rid_arr = np.concatenate((self._rid_arr, np.array(joined, dtype=np.int64)))
         emitted = self._running_ids()
         n_ready = len(emitted)
         if finishing:
@@ -422,16 +430,31 @@ class VllmWorker:
                 r.nblocks = ceil_div(r.computed, bs)
                 finished_ids.append(r.rid)
                 self._complete(r)
-        if changed_members:
-            self._rid_arr = None
+        if finishing:
+            # the next batch is this one minus the leavers (a new array: handed-out arrays are
+            # never mutated; the collector's same-array shortcut relies on it)
+            keep = emitted != finishing[0].rid
+            for r in finishing[1:]:
+                keep &= emitted != r.rid
+            self._rid_arr = emitted[keep]
         if not run:
             self._lock = False
         decode_ms = self._timing.decode_ms(n_ready, active_tokens) if not self._is_prefill else 0.0
         if not n_ready and not finished_ids and not admissions and not rejected and not n_before:
             return None
+        delta = None
+        if not self._is_prefill:
+            # Emitted = last lockstep pass's emitted - its leavers + `joined`: nothing else can
+            # change `run` while the worker stays in lockstep (a drop or any exact pass leaves
+            # it, and then this is not pass _ls_k + 1).
+            delta = LockstepDelta(
+                k, self._ls_k if self._ls_k == k - 1 else -1, tuple(joined),
+                tuple([r.rid for r in finishing]) if finishing else (),
+            )
+            self._ls_k = k
         return self._begin(now_ms, now_ms + decode_ms, admissions, rejected, emitted,
                            np.array(finished_ids, dtype=np.int64) if finished_ids else empty_ids(),
-                           0, n_ready)
+                           0, n_ready, delta)
 
     def _running_ids(self) -> I64:
         arr = self._rid_arr
@@ -646,14 +669,15 @@ class VllmWorker:
         )
 
     def _begin(self, now_ms: float, end: float, admissions: list[Admission], rejected: list[int],
-               emitted: I64, finished: I64, prefill_tokens: int, n_ready: int) -> PassPlan:
+               emitted: I64, finished: I64, prefill_tokens: int, n_ready: int,
+               delta: LockstepDelta | None = None) -> PassPlan:
         lifecycle: tuple[LifecycleEvent, ...] = ()
         if self._lifecycle:
             lifecycle = tuple(self._lifecycle)
             self._lifecycle.clear()
         self._completion = PassCompletion(
             end_ms=end, emitted=emitted, finished=finished, rejected=tuple(rejected),
-            lifecycle=lifecycle,
+            lifecycle=lifecycle, lockstep=delta,
         )
         self._busy = True
         return PassPlan(
@@ -919,3 +943,5 @@ class VllmWorker:
         for h, c in self.pool.refs.items():
             assert ref_count.get(h, 0) == c, (h, c, ref_count.get(h, 0))
         assert len(self._run) <= self.args.max_num_seqs
+        if self._lock and self._rid_arr is not None:  # the cached batch array is the batch
+            assert self._rid_arr.tolist() == list(self._run), (self._rid_arr, list(self._run))
