@@ -94,24 +94,8 @@ class Phase(enum.Enum):
     DONE = "done"
 
 
-_OK: Final = {
-    OutcomeKind.SUBMITTED: Outcome(OutcomeKind.SUBMITTED),
-    OutcomeKind.ACCEPTED: Outcome(OutcomeKind.ACCEPTED),
-    OutcomeKind.SCHEDULED: Outcome(OutcomeKind.SCHEDULED),
-    OutcomeKind.APPLIED: Outcome(OutcomeKind.APPLIED),
-    OutcomeKind.NOOP: Outcome(OutcomeKind.NOOP),
-}
-_O_SUBMITTED: Final = _OK[OutcomeKind.SUBMITTED]
-_O_ACCEPTED: Final = _OK[OutcomeKind.ACCEPTED]
-_O_SCHEDULED: Final = _OK[OutcomeKind.SCHEDULED]
-_O_APPLIED: Final = _OK[OutcomeKind.APPLIED]
-_O_NOOP: Final = _OK[OutcomeKind.NOOP]
 _P: Final = 0  # index of the prefill pool in per-stage tuples
 _D: Final = 1  # index of the decode pool
-_CLEANUP_OUTCOME: Final = {
-    CommandResult.APPLIED: _OK[OutcomeKind.APPLIED],
-    CommandResult.NOOP: _OK[OutcomeKind.NOOP],
-}
 _ACTION_NAME: Final[dict[type, str]] = {
     SubmitPrefill: "SubmitPrefill",
     ReserveDestination: "ReserveDestination",
@@ -135,6 +119,33 @@ _TRANSFER: Final = int(EventKind.TRANSFER_COMPLETE)
 _INJECTED: Final = int(EventKind.INJECTED_FACT)
 _INJECT_KINDS: Final = (Canceled, Failed, TimedOut)
 _INJECT_CODES: Final[dict[type, int]] = {cls: i for i, cls in enumerate(_INJECT_KINDS)}
+
+# Enum members used on the per-action path, bound once: in Python 3.11 reading a member off
+# its class (``Phase.DONE``) costs ~5x a module global, and these run ~10 times per request.
+_DONE: Final = Phase.DONE
+_TRANSFER_PENDING: Final = Phase.TRANSFER_PENDING
+_READY_DECODE: Final = Phase.READY_DECODE
+_AWAITING_DESTINATION: Final = Phase.AWAITING_DESTINATION
+_PREFILL: Final = Stage.PREFILL
+_DECODE: Final = Stage.DECODE
+_DEST_FIRST: Final = HandoffOrder.DESTINATION_FIRST
+_K_SUBMITTED: Final = OutcomeKind.SUBMITTED
+_K_ACCEPTED: Final = OutcomeKind.ACCEPTED
+_K_SCHEDULED: Final = OutcomeKind.SCHEDULED
+_K_APPLIED: Final = OutcomeKind.APPLIED
+_K_NOOP: Final = OutcomeKind.NOOP
+_K_FAILED: Final = OutcomeKind.FAILED
+_R_APPLIED: Final = CommandResult.APPLIED
+_R_NOOP: Final = CommandResult.NOOP
+_SUCCESS: Final = Completion.SUCCESS
+_CANCELED: Final = Completion.CANCELED
+_EV_TRANSFER: Final = EventKind.TRANSFER_COMPLETE
+# Per stage (_P, _D): what routing a SubmitPrefill / ReserveDestination sets and expects
+# (phase while routed, the engine's success result, the outcome acknowledged, error wording).
+_ACQUIRE: Final = (
+    (Phase.QUEUED_PREFILL, CommandResult.SUBMITTED, OutcomeKind.SUBMITTED, "prefill submission"),
+    (Phase.AWAITING_DESTINATION, CommandResult.ACCEPTED, OutcomeKind.ACCEPTED, "destination reservation"),
+)
 
 
 class _Req:
@@ -471,12 +482,18 @@ class DisaggRuntime:
     def _drive_actions(self) -> bool:
         changed = False
         pending = self._pending
+        popleft = pending.popleft
+        executors = _EXECUTORS
         while pending:
-            req, issued = pending.popleft()
+            req, issued = popleft()
             req.queued -= 1
-            if req.phase is Phase.DONE:  # pragma: no cover - removed on retirement
+            if req.phase is _DONE:  # pragma: no cover - removed on retirement
                 continue
-            if self._execute(req, issued):
+            # _execute, inlined: one dict lookup on the action class instead of a call + chain.
+            execute = executors.get(type(issued.action))
+            if execute is None:  # pragma: no cover - closed set
+                execute = _executor(issued)
+            if execute(self, req, issued):
                 changed = True
         return changed
 
@@ -616,21 +633,21 @@ class DisaggRuntime:
         request = EngineRequest(rid, turn.input_length, turn.output_length, hashes)
         coord = HandoffCoordinator(rid, self._order, fallback_transfer_delay_ms=self._fallback, spec=self._spec)
         req = _Req(turn, item.arrival_ms, coord, request)
-        if self._order is HandoffOrder.DESTINATION_FIRST:
-            req.phase = Phase.AWAITING_DESTINATION
+        if self._order is _DEST_FIRST:
+            req.phase = _AWAITING_DESTINATION
         self.collector.on_arrival(rid, item.arrival_ms, turn.input_length)
         self._live[rid] = req
         self._in_flight += 1
-        prev = coord.state
+        logging = self._events_out is not None
+        prev = coord.state if logging else -1
         try:
             actions = coord.start()
         except HandoffError as exc:  # pragma: no cover - start never rejects
             raise ReplayInvariantError(f"request {rid}: coordinator start failed: {exc}") from exc
-        if self._events_out is not None:
+        if logging:
             self._log(req, prev, "start", None)
-        for a in actions:
-            self._pending.append((req, a))
-            req.queued += 1
+        if actions:
+            self._enqueue(req, actions)
 
     def _finish_logical(self, req: _Req, *, remove_actions: bool) -> None:
         """The request's decode ended (or its handoff was canceled): free its logical slot."""
@@ -661,39 +678,66 @@ class DisaggRuntime:
     # ------------------------------------------------------------------ coordinator I/O
 
     def _enqueue(self, req: _Req, actions: list[IssuedAction]) -> None:
-        for a in actions:
-            self._pending.append((req, a))
-            req.queued += 1
+        # Most coordinator calls issue nothing: test first, count once, then queue.
+        if actions:
+            req.queued += len(actions)
+            append = self._pending.append
+            for a in actions:
+                append((req, a))
 
     def _fact(self, req: _Req, fact: Fact) -> None:
-        prev = req.coord.state
+        coord = req.coord
+        logging = self._events_out is not None
+        prev = coord.state if logging else -1  # the log needs the state the fact arrived in
         try:
-            actions = req.coord.on_fact(fact)
+            actions = coord.on_fact(fact)
         except HandoffError as exc:
             raise ReplayInvariantError(f"request {req.rid}: coordinator rejected {type(fact).__name__}: {exc}") from exc
-        if self._events_out is not None:
+        if logging:
             self._log(req, prev, type(fact).__name__, fact)
-        for a in actions:
-            self._pending.append((req, a))
-            req.queued += 1
+        if actions:
+            self._enqueue(req, actions)
 
     def _ack(self, req: _Req, issued: IssuedAction, outcome: Outcome) -> None:
-        if outcome.kind is OutcomeKind.FAILED:
+        """Report any outcome (a FAILED one also records the request's terminal status)."""
+        if outcome.kind is _K_FAILED:
             if self.collector.on_terminal(req.rid, TerminalStatus.FAILED, self.now_ms):
                 req.terminal_ms = self.now_ms
-        prev = req.coord.state
+        coord = req.coord
+        logging = self._events_out is not None
+        prev = coord.state if logging else -1
         try:
-            actions = req.coord.on_action_outcome(issued.id, outcome)
+            actions = coord.on_action_outcome(issued.id, outcome)
         except HandoffError as exc:
             raise ReplayInvariantError(
                 f"request {req.rid}: coordinator rejected outcome {outcome.kind.value} for "
                 f"{type(issued.action).__name__}: {exc}"
             ) from exc
-        if self._events_out is not None:
+        if logging:
             self._log(req, prev, f"{_ACTION_NAME[type(issued.action)]}.{outcome.kind.value}", None)
-        for a in actions:
-            self._pending.append((req, a))
-            req.queued += 1
+        if actions:
+            self._enqueue(req, actions)
+
+    def _ack_ok(self, req: _Req, issued: IssuedAction, kind: OutcomeKind) -> None:
+        """``_ack(req, issued, Outcome(kind))`` for a message-less kind other than FAILED.
+
+        The replay's ~5 acknowledgements per request take this path: the coordinator's lean
+        ``on_outcome_kind`` answers exactly as ``on_action_outcome`` would, without the Outcome.
+        """
+        coord = req.coord
+        logging = self._events_out is not None
+        prev = coord.state if logging else -1
+        try:
+            actions = coord.on_outcome_kind(issued.id, kind)
+        except HandoffError as exc:
+            raise ReplayInvariantError(
+                f"request {req.rid}: coordinator rejected outcome {kind.value} for "
+                f"{type(issued.action).__name__}: {exc}"
+            ) from exc
+        if logging:
+            self._log(req, prev, f"{_ACTION_NAME[type(issued.action)]}.{kind.value}", None)
+        if actions:
+            self._enqueue(req, actions)
 
     def _log(self, req: _Req, prev: int, event: str, fact: Fact | None) -> None:
         out = self._events_out
@@ -762,64 +806,106 @@ class DisaggRuntime:
         req.queued = 0
 
     def _execute(self, req: _Req, issued: IssuedAction) -> bool:
-        """Run one action; False when it was parked or deferred (no progress)."""
-        action = issued.action
-        cls = type(action)
-        if cls is SubmitPrefill:
-            if not self._active[_P]:
-                return self._park(req, issued, Stage.PREFILL)
-            self._submit_prefill(req, issued)
-        elif cls is ReserveDestination:
-            if not self._active[_D]:
-                return self._park(req, issued, Stage.DECODE)
-            self._reserve_destination(req, issued)
-        elif cls is StartTransfer:
-            assert isinstance(action, StartTransfer)
-            self._ack(req, issued, _O_SCHEDULED)
-            req.phase = Phase.TRANSFER_PENDING
-            if action.delay_ms > 0.0:
-                self._events.push(self.now_ms + action.delay_ms, EventKind.TRANSFER_COMPLETE, (0, req.rid))
+        """Run one action; False when it was parked or deferred (no progress).
+
+        Dispatch is one dict lookup on the action's class (see _EXECUTORS below the class);
+        _drive_actions inlines the same lookup.
+        """
+        return _executor(issued)(self, req, issued)
+
+    def _submit_prefill(self, req: _Req, issued: IssuedAction) -> bool:
+        return self._acquire(req, issued, _P)
+
+    def _reserve_destination(self, req: _Req, issued: IssuedAction) -> bool:
+        return self._acquire(req, issued, _D)
+
+    def _acquire(self, req: _Req, issued: IssuedAction, stage: int) -> bool:
+        """Route SubmitPrefill (prefill pool) or ReserveDestination (decode pool) and apply it.
+
+        The two commands differ only in the engine call, the phase, the expected result and the
+        worker field they set; everything else (park while the pool is empty, round robin, mark
+        the worker dirty, FAILED on a command error, acknowledge, forward lifecycle) is shared.
+        """
+        active = self._active[stage]
+        if not active:
+            return self._park(req, issued, _STAGES[stage])
+        phase, expected, ok, what = _ACQUIRE[stage]
+        req.phase = phase
+        idx = self._routers[stage].pick(req.rid, active)
+        self._dirty[stage][idx] = True
+        worker = self._workers[stage][idx]
+        try:
+            if stage == _P:
+                effects = worker.submit_handoff_prefill(req.rid, req.engine_request)
             else:
-                self._fact(req, TransferCompleted(req.rid))
-        elif cls is ActivateDestination:
-            idx = req.decode_worker
-            if idx < 0:
-                raise ReplayInvariantError(f"activation of request {req.rid} with no decode worker")
-            w = self._workers[_D][idx]
-            if w.busy:
-                return self._defer(req, issued, Stage.DECODE, idx)
-            try:
-                self._dirty[_D][idx] = True
-                effects = w.activate_destination(req.rid)
-            except EngineCommandError as exc:
-                self._ack(req, issued, Outcome(OutcomeKind.FAILED, str(exc)))
-                return True
-            if effects.result is not CommandResult.APPLIED:
-                self._ack(req, issued, Outcome(OutcomeKind.FAILED, "destination activation was not applied"))
-                return True
-            req.phase = Phase.READY_DECODE
-            req.destination_activated_ms = self.now_ms
-            self._ack(req, issued, _O_APPLIED)
-            if effects.lifecycle:
-                self._lifecycle(effects.lifecycle)
-        elif cls is ReleaseSource:
-            if req.prefill_worker < 0:
-                raise ReplayInvariantError(f"release of request {req.rid} with no prefill worker")
-            return self._cleanup(req, issued, Stage.PREFILL, req.prefill_worker, cls)
-        elif cls is CancelSource:
-            if req.prefill_worker < 0:
-                self._ack(req, issued, _O_NOOP)
-                return True
-            return self._cleanup(req, issued, Stage.PREFILL, req.prefill_worker, cls)
-        elif cls is CancelDestination:
-            if req.decode_worker < 0:
-                self._ack(req, issued, _O_NOOP)
-                return True
-            return self._cleanup(req, issued, Stage.DECODE, req.decode_worker, cls)
-        elif cls is Complete:
-            self._complete(req)
-        else:  # pragma: no cover - closed set
-            raise ReplayInvariantError(f"unknown action {action!r}")
+                effects = worker.reserve_destination(req.rid, req.engine_request)
+        except EngineCommandError as exc:
+            self._ack(req, issued, Outcome(_K_FAILED, str(exc)))
+            return True
+        if effects.result is not expected:
+            raise ReplayInvariantError(f"{what} of request {req.rid} returned {effects.result.value}")
+        if stage == _P:
+            req.prefill_worker = idx
+        else:
+            req.decode_worker = idx
+        self._ack_ok(req, issued, ok)
+        if effects.lifecycle:
+            self._lifecycle(effects.lifecycle)
+        return True
+
+    def _start_transfer(self, req: _Req, issued: IssuedAction) -> bool:
+        action = issued.action
+        assert isinstance(action, StartTransfer)
+        self._ack_ok(req, issued, _K_SCHEDULED)
+        req.phase = _TRANSFER_PENDING
+        if action.delay_ms > 0.0:
+            self._events.push(self.now_ms + action.delay_ms, _EV_TRANSFER, (0, req.rid))
+        else:
+            self._fact(req, TransferCompleted(req.rid))
+        return True
+
+    def _activate_destination(self, req: _Req, issued: IssuedAction) -> bool:
+        idx = req.decode_worker
+        if idx < 0:
+            raise ReplayInvariantError(f"activation of request {req.rid} with no decode worker")
+        w = self._workers[_D][idx]
+        if w.busy:
+            return self._defer(req, issued, _DECODE, idx)
+        try:
+            self._dirty[_D][idx] = True
+            effects = w.activate_destination(req.rid)
+        except EngineCommandError as exc:
+            self._ack(req, issued, Outcome(_K_FAILED, str(exc)))
+            return True
+        if effects.result is not _R_APPLIED:
+            self._ack(req, issued, Outcome(_K_FAILED, "destination activation was not applied"))
+            return True
+        req.phase = _READY_DECODE
+        req.destination_activated_ms = self.now_ms
+        self._ack_ok(req, issued, _K_APPLIED)
+        if effects.lifecycle:
+            self._lifecycle(effects.lifecycle)
+        return True
+
+    def _release_source(self, req: _Req, issued: IssuedAction) -> bool:
+        if req.prefill_worker < 0:
+            raise ReplayInvariantError(f"release of request {req.rid} with no prefill worker")
+        return self._cleanup(req, issued, _PREFILL, req.prefill_worker, ReleaseSource)
+
+    def _cancel_source(self, req: _Req, issued: IssuedAction) -> bool:
+        if req.prefill_worker < 0:
+            self._ack_ok(req, issued, _K_NOOP)
+            return True
+        return self._cleanup(req, issued, _PREFILL, req.prefill_worker, CancelSource)
+
+    def _cancel_destination(self, req: _Req, issued: IssuedAction) -> bool:
+        if req.decode_worker < 0:
+            self._ack_ok(req, issued, _K_NOOP)
+            return True
+        return self._cleanup(req, issued, _DECODE, req.decode_worker, CancelDestination)
+
+    def _complete_action(self, req: _Req, issued: IssuedAction) -> bool:
+        self._complete(req)
         return True
 
     def _cleanup(
@@ -848,56 +934,25 @@ class DisaggRuntime:
             effects = w.cancel_source(req.rid)
         else:
             effects = w.cancel_destination(req.rid)
-        self._ack(req, issued, self._cleanup_outcome(req, effects, cls.__name__))
+        # APPLIED or NOOP acknowledge as such; anything else is an engine bug.  Compared by
+        # identity, not looked up in a dict: hashing an enum member is a Python-level call.
+        result = effects.result
+        if result is _R_APPLIED:
+            self._ack_ok(req, issued, _K_APPLIED)
+        elif result is _R_NOOP:
+            self._ack_ok(req, issued, _K_NOOP)
+        else:
+            raise ReplayInvariantError(f"{cls.__name__} for request {req.rid} returned {result.value}")
         if effects.lifecycle:
             self._lifecycle(effects.lifecycle)
         return True
 
-    @staticmethod
-    def _cleanup_outcome(req: _Req, effects: CommandEffects, name: str) -> Outcome:
-        outcome = _CLEANUP_OUTCOME.get(effects.result)
-        if outcome is None:
-            raise ReplayInvariantError(f"{name} for request {req.rid} returned {effects.result.value}")
-        return outcome
-
-    def _submit_prefill(self, req: _Req, issued: IssuedAction) -> None:
-        req.phase = Phase.QUEUED_PREFILL
-        idx = self._routers[_P].pick(req.rid, self._active[_P])
-        self._dirty[_P][idx] = True
-        try:
-            effects = self._workers[_P][idx].submit_handoff_prefill(req.rid, req.engine_request)
-        except EngineCommandError as exc:
-            self._ack(req, issued, Outcome(OutcomeKind.FAILED, str(exc)))
-            return
-        if effects.result is not CommandResult.SUBMITTED:
-            raise ReplayInvariantError(f"prefill submission of request {req.rid} returned {effects.result.value}")
-        req.prefill_worker = idx
-        self._ack(req, issued, _O_SUBMITTED)
-        if effects.lifecycle:
-            self._lifecycle(effects.lifecycle)
-
-    def _reserve_destination(self, req: _Req, issued: IssuedAction) -> None:
-        req.phase = Phase.AWAITING_DESTINATION
-        idx = self._routers[_D].pick(req.rid, self._active[_D])
-        self._dirty[_D][idx] = True
-        try:
-            effects = self._workers[_D][idx].reserve_destination(req.rid, req.engine_request)
-        except EngineCommandError as exc:
-            self._ack(req, issued, Outcome(OutcomeKind.FAILED, str(exc)))
-            return
-        if effects.result is not CommandResult.ACCEPTED:
-            raise ReplayInvariantError(f"destination reservation of request {req.rid} returned {effects.result.value}")
-        req.decode_worker = idx
-        self._ack(req, issued, _O_ACCEPTED)
-        if effects.lifecycle:
-            self._lifecycle(effects.lifecycle)
-
     def _complete(self, req: _Req) -> None:
         completion = req.coord.completion
-        if completion is Completion.SUCCESS:
+        if completion is _SUCCESS:
             self._routers[_P].on_request_done(req.rid)
             self._retire(req)
-        elif completion is Completion.CANCELED:
+        elif completion is _CANCELED:
             if self.collector.on_terminal(req.rid, TerminalStatus.CANCELED, self.now_ms):
                 req.terminal_ms = self.now_ms
             if req.counted:
@@ -952,6 +1007,27 @@ class DisaggRuntime:
             "terminal_status": status.label,
         }
         out.write(stable_json_line(rec))
+
+
+_Executor = Callable[[DisaggRuntime, _Req, IssuedAction], bool]
+# Action class -> the runtime method that executes it (the dispatch of _execute/_drive_actions).
+_EXECUTORS: Final[dict[type, _Executor]] = {
+    SubmitPrefill: DisaggRuntime._submit_prefill,
+    ReserveDestination: DisaggRuntime._reserve_destination,
+    StartTransfer: DisaggRuntime._start_transfer,
+    ActivateDestination: DisaggRuntime._activate_destination,
+    ReleaseSource: DisaggRuntime._release_source,
+    CancelSource: DisaggRuntime._cancel_source,
+    CancelDestination: DisaggRuntime._cancel_destination,
+    Complete: DisaggRuntime._complete_action,
+}
+
+
+def _executor(issued: IssuedAction) -> _Executor:
+    execute = _EXECUTORS.get(type(issued.action))
+    if execute is None:  # pragma: no cover - closed set
+        raise ReplayInvariantError(f"unknown action {issued.action!r}")
+    return execute
 
 
 def admission_block_size(admission: AdmissionQueue) -> int:
