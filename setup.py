@@ -86,7 +86,8 @@ def _ext_modules() -> list[object]:
         # instead of a top-level module with a hashed name.
         return list(mypycify(COMPILED, opt_level="3", group_name="dmocker._compiled"))
     except (Exception, SystemExit) as exc:  # a type error mypyc rejects must not break the install
-        _warn(f"mypyc could not compile the replay hot path ({exc}); installing pure Python")
+        _warn(f"mypyc could not compile the replay hot path ({exc!r}, errors above);"
+              " installing pure Python (slower, same outputs)")
         return []
 
 
