@@ -72,7 +72,15 @@ class OptionalBuildExt(build_ext):
                 fh.write(text)
 
 
+def _metadata_only() -> bool:
+    """pip runs setup.py for metadata first (egg_info, dist_info): no need to run mypyc then."""
+    command = next((arg for arg in sys.argv[1:] if not arg.startswith("-")), None)
+    return command in ("egg_info", "dist_info", "sdist")
+
+
 def _ext_modules() -> list[object]:
+    if _metadata_only():
+        return []
     if os.environ.get("DMOCKER_PURE_PYTHON") == "1":
         _warn("DMOCKER_PURE_PYTHON=1: not compiling the replay hot path")
         return []
