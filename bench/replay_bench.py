@@ -56,7 +56,7 @@ def _engine_kwargs(args: argparse.Namespace) -> dict[str, object]:
 
 def child_dmocker(args: argparse.Namespace) -> None:
     sys.path.insert(0, ROOT)
-    from dmocker.replay import SyntheticSpec, run
+    from dmocker.replay import SyntheticSpec, accelerated, run
 
     t0 = time.perf_counter()
     c0 = time.process_time()
@@ -68,7 +68,8 @@ def child_dmocker(args: argparse.Namespace) -> None:
     wall = time.perf_counter() - t0
     cpu = time.process_time() - c0
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    print(json.dumps({"wall_s": wall, "cpu_s": cpu, "rss_mb": rss_mb, "summary": report.summary}))
+    print(json.dumps({"wall_s": wall, "cpu_s": cpu, "rss_mb": rss_mb, "summary": report.summary,
+                      "compiled": accelerated()}))
 
 
 def child_reference(args: argparse.Namespace) -> None:
@@ -160,6 +161,8 @@ def main() -> None:
         print(f"cpu seconds:         {cpu:.2f}  ({args.requests / cpu:,.0f} req per cpu-second;"
               f" differs from wall when the machine is shared)")
         print(f"peak RSS (MB):       {float(res['rss_mb']):.0f}")  # type: ignore[arg-type]
+        print(f"hot path:            {'compiled (mypyc)' if res['compiled'] else 'pure Python'}"
+              f" (DMOCKER_PURE_PYTHON=1 forces pure)")
         s = res["summary"]
         assert isinstance(s, dict)
         print(f"completed_requests:  {s['completed_requests']}")

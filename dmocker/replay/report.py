@@ -86,8 +86,9 @@ class AtomicWriter:
         self._fh: IO[str] = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
         self._done = False
 
-    def write(self, text: str) -> None:
-        self._fh.write(text)
+    def write(self, text: str) -> int:
+        # Returns the count like TextIO.write: compiled (mypyc) callers typed IO[str] check it.
+        return self._fh.write(text)
 
     def commit(self) -> None:
         if self._done:
