@@ -23,6 +23,7 @@ from setuptools.command.build_ext import build_ext
 COMPILED = [
     "dmocker/replay/engines/block_pool.py",
     "dmocker/replay/engines/common.py",
+    "dmocker/replay/engines/handoff_base.py",
     "dmocker/replay/engines/hashing.py",
     "dmocker/replay/engines/sglang.py",
     "dmocker/replay/engines/timing.py",
