@@ -21,7 +21,6 @@ import importlib.util
 import json
 import os
 import sys
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -122,13 +121,14 @@ def _install() -> Plan:
     current = {m: _sha256(_source_path(m)) for m in compiled}
     decision = plan(recorded, current, compiled, force_pure=os.environ.get(PURE_ENV) == "1")
     if decision.stale:
-        warnings.warn(
-            "dmocker: the compiled (mypyc) build is older than these sources: "
+        # Plain stderr, not warnings.warn: its "file:line" would point into importlib. Runs
+        # once per process (module import).
+        print(
+            "dmocker: warning: the compiled (mypyc) build is older than these sources: "
             + ", ".join(decision.stale)
             + "; using the pure-Python sources for all compiled modules (same outputs, slower)."
             " Rebuild with `pip install -e .` to get the speed back.",
-            RuntimeWarning,
-            stacklevel=2,
+            file=sys.stderr,
         )
     if decision.pure:
         sys.meta_path.insert(0, _SourceFinder(decision.pure))
