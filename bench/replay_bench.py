@@ -8,7 +8,9 @@ vLLM 2 prefill + 2 decode, round robin.
     python bench/replay_bench.py --requests 10000
     python bench/replay_bench.py --reference /work/refvenv/bin/python --requests 10000
         # also runs Dynamo's mocker (installed ONLY in that separate venv) on the very same
-        # requests, written as a Mooncake trace, and prints the fidelity table.
+        # requests, written as a Mooncake trace, and prints the fidelity table and the speed
+        # ratio.  Like for like: the reference runs as the issue prescribes, with
+        # capture_per_request=True, and dmocker writes its per-request records (--records).
 
 Each measurement runs in a fresh subprocess so peak RSS is that run's own.
 """
@@ -58,14 +60,18 @@ def child_dmocker(args: argparse.Namespace) -> None:
     sys.path.insert(0, ROOT)
     from dmocker.replay import SyntheticSpec, accelerated, run
 
+    records = os.path.join(tempfile.mkdtemp(), "records.jsonl") if args.records else None
     t0 = time.perf_counter()
     c0 = time.process_time()
     if args.trace:
-        report = run(args.trace, prefill_workers=2, decode_workers=2, **_engine_kwargs(args))  # type: ignore[arg-type]
+        report = run(args.trace, prefill_workers=2, decode_workers=2, per_request=records,  # type: ignore[arg-type]
+                     **_engine_kwargs(args))  # type: ignore[arg-type]
     else:
-        report = run(synthetic=SyntheticSpec(**_spec_kwargs(args)),  # type: ignore[arg-type]
+        report = run(synthetic=SyntheticSpec(**_spec_kwargs(args)), per_request=records,  # type: ignore[arg-type]
                      prefill_workers=2, decode_workers=2, **_engine_kwargs(args))  # type: ignore[arg-type]
     wall = time.perf_counter() - t0
+    if records is not None:
+        os.remove(records)
     cpu = time.process_time() - c0
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     print(json.dumps({"wall_s": wall, "cpu_s": cpu, "rss_mb": rss_mb, "summary": report.summary,
@@ -87,6 +93,7 @@ def child_reference(args: argparse.Namespace) -> None:
         num_prefill_workers=2,
         num_decode_workers=2,
         router_mode="round_robin",
+        capture_per_request=True,  # the issue's invocation: per-request records, as we keep
     )
     wall = time.perf_counter() - t0
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
@@ -121,6 +128,8 @@ def _run_child(python: str, role: str, args: argparse.Namespace, trace: str | No
         cmd += ["--block-size", str(args.block_size)]
     if trace:
         cmd += ["--trace", trace]
+    if args.records:
+        cmd += ["--records"]
     env = {**os.environ, "DYN_LOG": "error"}
     if role == "dmocker":
         env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
@@ -140,6 +149,10 @@ def main() -> None:
     p.add_argument("--block-size", type=int, default=None)
     p.add_argument("--prefix-ratio", type=float, default=0.5, help="share of blocks in the group prefix (0.5)")
     p.add_argument("--reference", metavar="PYTHON", help="python of a venv with ai-dynamo 1.6.1 (side-by-side)")
+    p.add_argument("--records", action="store_true",
+                   help="dmocker also writes its per-request records (JSONL, to a temp file); "
+                        "always on side by side, where the reference captures per-request records "
+                        "(capture_per_request=True, the issue's invocation)")
     p.add_argument("--child", choices=["dmocker", "reference"], help=argparse.SUPPRESS)
     p.add_argument("--trace", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -168,6 +181,7 @@ def main() -> None:
         print(f"completed_requests:  {s['completed_requests']}")
         return
 
+    args.records = True  # like for like: the reference captures per-request records too
     with tempfile.TemporaryDirectory() as tmp:
         trace = os.path.join(tmp, "bench_trace.jsonl")
         write_trace(args, trace)
@@ -184,6 +198,10 @@ def main() -> None:
     for name, res in (("dmocker", ours), ("reference", ref)):
         wall = float(res["wall_s"])  # type: ignore[arg-type]
         print(f"{name:10} wall {wall:7.2f} s  {args.requests / wall:8,.0f} req/s  peak RSS {float(res['rss_mb']):6.0f} MB")  # type: ignore[arg-type]
+    ratio = float(ref["wall_s"]) / float(ours["wall_s"])  # type: ignore[arg-type]
+    print(f"dmocker / reference requests per second: {ratio:.2f}x "
+          f"(both keep per-request records; dmocker hot path "
+          f"{'compiled' if ours['compiled'] else 'pure Python'})")
 
 
 if __name__ == "__main__":
