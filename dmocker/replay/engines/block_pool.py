@@ -134,12 +134,7 @@ class BlockPool:
                 reactivated += 1
         if fresh > self.free + len(self.inactive) - reactivated:
             return False
-        inactive = self.inactive
-        for h in hashes:
-            v = refs[h]
-            if v == 0:
-                del inactive[h]
-            refs[h] = v + 1
+        self.acquire(hashes)
         return self.take(fresh)
 
     def take(self, n: int) -> bool:
