@@ -96,16 +96,6 @@ class Phase(enum.Enum):
 
 _P: Final = 0  # index of the prefill pool in per-stage tuples
 _D: Final = 1  # index of the decode pool
-_ACTION_NAME: Final[dict[type, str]] = {
-    SubmitPrefill: "SubmitPrefill",
-    ReserveDestination: "ReserveDestination",
-    StartTransfer: "StartTransfer",
-    ActivateDestination: "ActivateDestination",
-    ReleaseSource: "ReleaseSource",
-    CancelSource: "CancelSource",
-    CancelDestination: "CancelDestination",
-    Complete: "Complete",
-}
 # Which side an observable kind concerns (for the event log's "worker" field).
 _SOURCE_KINDS: Final = frozenset({"prefill_submitted", "source_held", "source_released", "source_canceled"})
 _DEST_KINDS: Final = frozenset(
@@ -722,7 +712,7 @@ class DisaggRuntime:
                 f"{type(issued.action).__name__}: {exc}"
             ) from exc
         if logging:
-            self._log(req, prev, f"{_ACTION_NAME[type(issued.action)]}.{kind.value}", None)
+            self._log(req, prev, f"{type(issued.action).__name__}.{kind.value}", None)
         if actions:  # queue what was issued (inlined: ~6 calls a request issue an action)
             req.queued += len(actions)
             for a in actions:
