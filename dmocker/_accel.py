@@ -119,8 +119,9 @@ def _install() -> Plan:
     if not compiled:
         return Plan(pure=(), stale=())
     current = {m: _sha256(_source_path(m)) for m in compiled}
-    decision = plan(recorded, current, compiled, force_pure=os.environ.get(PURE_ENV) == "1")
-    if decision.stale:
+    force_pure = os.environ.get(PURE_ENV) == "1"
+    decision = plan(recorded, current, compiled, force_pure=force_pure)
+    if decision.stale and not force_pure:  # asked for pure Python: staleness changes nothing
         # Plain stderr, not warnings.warn: its "file:line" would point into importlib. Runs
         # once per process (module import).
         print(

@@ -7,9 +7,10 @@ reservations, reserved when the head fits (retried once per capacity generation)
 or canceled.  Keeping those rules here once means the two mocks cannot drift apart on them.
 
 Each engine supplies its request objects (any class with the attributes of
-:class:`HandoffRequest`), its status members and four hooks: :meth:`_new_request`,
-:meth:`_remove` (take a request out wherever it is, freeing its KV), :meth:`_free_kv` and
-:meth:`_mark_reserved`, plus optionally :meth:`_before_release` and :meth:`_reservation_gate`.
+:class:`HandoffRequest`), its status members and five hooks: :meth:`_new_request`,
+:meth:`_remove` (take a request out wherever it is, freeing its KV), :meth:`_free_kv`,
+:meth:`_mark_reserved` and :meth:`_materialize_destination`, plus optionally
+:meth:`_before_release` and :meth:`_reservation_gate`.
 """
 
 from __future__ import annotations
@@ -96,6 +97,10 @@ class HandoffWorkerBase(Generic[R]):
 
     def _mark_reserved(self, head: R, n_blocks: int) -> None:
         """``head`` now holds its reservation (``n_blocks`` blocks, ``head.cached`` its prefix)."""
+        raise NotImplementedError
+
+    def _materialize_destination(self, r: R) -> None:
+        """An activated reservation: its prompt KV is now present; queue it for decoding."""
         raise NotImplementedError
 
     def _before_release(self, r: R) -> None:
@@ -188,6 +193,15 @@ class HandoffWorkerBase(Generic[R]):
         if not self._busy:
             lifecycle = tuple(self._retry_destinations())
         return CommandEffects(CommandResult.ACCEPTED, lifecycle, self._drain_kv())
+
+    def activate_destination(self, handoff_id: Hashable) -> CommandEffects:
+        r = self._reserved.pop(handoff_id, None)
+        if r is None:
+            return NOOP
+        self._materialize_destination(r)
+        r.dest = True
+        self._active_dest[handoff_id] = r
+        return self._after_applied()
 
     def cancel_destination(self, handoff_id: Hashable) -> CommandEffects:
         if handoff_id in self._pending_ids:

@@ -176,7 +176,6 @@ class SglangWorker(HandoffWorkerBase[_SReq]):
     def has_work(self) -> bool:
         return bool(self._waiting) or bool(self._prebuilt) or bool(self._running)
 
-
     @property
     def num_running(self) -> int:
         return len(self._running)
@@ -186,24 +185,15 @@ class SglangWorker(HandoffWorkerBase[_SReq]):
 
 
 
-
     # --- commands: destination side ------------------------------------------------------------
 
-
-    def activate_destination(self, handoff_id: Hashable) -> CommandEffects:
-        r = self._reserved.pop(handoff_id, None)
-        if r is None:
-            return NOOP
+    def _materialize_destination(self, r: _SReq) -> None:
         # publish the unpublished complete prompt pages beyond the locked prefix
         self._publish(r, r.prompt)
         r.materialized = r.prompt
         r.seq = r.prompt
         r.status = _St.PREBUILT
-        r.dest = True
-        self._active_dest[handoff_id] = r
         self._prebuilt.append(r)
-        return self._after_applied()
-
 
     # --- passes --------------------------------------------------------------------------------
 
@@ -593,7 +583,6 @@ class SglangWorker(HandoffWorkerBase[_SReq]):
             self._active_dest.pop(r.handoff, None)
             r.dest = False
         self._live.pop(r.rid, None)
-
 
 
 

@@ -192,7 +192,6 @@ class VllmWorker(HandoffWorkerBase[_Req]):
     def has_work(self) -> bool:
         return bool(self._waiting) or bool(self._run)
 
-
     @property
     def num_running(self) -> int:
         return len(self._run)
@@ -206,14 +205,9 @@ class VllmWorker(HandoffWorkerBase[_Req]):
 
 
 
-
     # --- commands: destination side ------------------------------------------------------------
 
-
-    def activate_destination(self, handoff_id: Hashable) -> CommandEffects:
-        r = self._reserved.pop(handoff_id, None)
-        if r is None:
-            return NOOP
+    def _materialize_destination(self, r: _Req) -> None:
         # Commit: fresh full prompt blocks enter the cache (Stored); the partial tail and any
         # block whose hash got cached meanwhile stay private.
         if self._caching and len(r.hashes) > len(r.cached):
@@ -221,11 +215,7 @@ class VllmWorker(HandoffWorkerBase[_Req]):
         r.computed = r.prompt
         r.seq = r.prompt
         r.status = _St.WAITING
-        r.dest = True
-        self._active_dest[handoff_id] = r
         self._waiting.append(r)
-        return self._after_applied()
-
 
     # --- passes --------------------------------------------------------------------------------
 
@@ -785,7 +775,6 @@ class VllmWorker(HandoffWorkerBase[_Req]):
             self._active_dest.pop(r.handoff, None)
             r.dest = False
         self._live.pop(r.rid, None)
-
 
 
 
