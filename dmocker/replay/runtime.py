@@ -479,7 +479,7 @@ class DisaggRuntime:
             req.queued -= 1
             if req.phase is _DONE:  # pragma: no cover - removed on retirement
                 continue
-            # _execute, inlined: one dict lookup on the action class instead of a call + chain.
+            # One dict lookup on the action class (see _EXECUTORS); False = parked or deferred.
             execute = executors.get(type(issued.action))
             if execute is None:  # pragma: no cover - closed set
                 execute = _executor(issued)
@@ -784,14 +784,6 @@ class DisaggRuntime:
                     del d[key]
         req.queued = 0
 
-    def _execute(self, req: _Req, issued: IssuedAction) -> bool:
-        """Run one action; False when it was parked or deferred (no progress).
-
-        Dispatch is one dict lookup on the action's class (see _EXECUTORS below the class);
-        _drive_actions inlines the same lookup.
-        """
-        return _executor(issued)(self, req, issued)
-
     def _submit_prefill(self, req: _Req, issued: IssuedAction) -> bool:
         return self._acquire(req, issued, _P)
 
@@ -989,7 +981,7 @@ class DisaggRuntime:
 
 
 _Executor = Callable[[DisaggRuntime, _Req, IssuedAction], bool]
-# Action class -> the runtime method that executes it (the dispatch of _execute/_drive_actions).
+# Action class -> the runtime method that executes it (the dispatch of _drive_actions).
 _EXECUTORS: Final[dict[type, _Executor]] = {
     SubmitPrefill: DisaggRuntime._submit_prefill,
     ReserveDestination: DisaggRuntime._reserve_destination,
