@@ -21,13 +21,13 @@ from setuptools.command.build_ext import build_ext
 
 # Keep in sync with nothing: _accel.py reads the manifest written below, not this list.
 COMPILED = [
-    "dmocker/replay/engines/block_pool.py",
-    "dmocker/replay/engines/common.py",
-    "dmocker/replay/engines/handoff_base.py",
-    "dmocker/replay/engines/hashing.py",
-    "dmocker/replay/engines/sglang.py",
-    "dmocker/replay/engines/timing.py",
-    "dmocker/replay/engines/vllm.py",
+    "dmocker/engines/block_pool.py",
+    "dmocker/engines/common.py",
+    "dmocker/engines/handoff_base.py",
+    "dmocker/engines/hashing.py",
+    "dmocker/engines/sglang.py",
+    "dmocker/engines/timing.py",
+    "dmocker/engines/vllm.py",
     "dmocker/replay/collector.py",
     "dmocker/replay/runtime.py",
     "dmocker/replay/workload/admission.py",

@@ -120,7 +120,7 @@ def _run_fixture(args: argparse.Namespace) -> int:
     try:
         from dmocker.conformance.fixture import run_fixture_cli
     except ImportError as exc:
-        return _fail(f"--fixture needs the replay engines (dmocker.replay.engines), not available: {exc}")
+        return _fail(f"--fixture needs the replay engines (dmocker.engines), not available: {exc}")
     return run_fixture_cli(args)
 
 

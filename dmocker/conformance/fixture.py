@@ -56,8 +56,8 @@ from dmocker.handoff import (
     load_spec,
     order_for_engine,
 )
-from dmocker.replay.engines.hashing import block_hashes_from_tokens
-from dmocker.replay.engines.interface import (
+from dmocker.engines.hashing import block_hashes_from_tokens
+from dmocker.engines.interface import (
     Backend,
     CommandEffects,
     CommandResult,

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import IO
 
 from dmocker.handoff import HandoffOrder, TransferTimingMode, order_for_engine
-from dmocker.replay.engines.interface import Backend, EngineArgs, EngineWorker, WorkerType, make_worker
+from dmocker.engines.interface import Backend, EngineArgs, EngineWorker, WorkerType, make_worker
 
 from .collector import Collector
 from .report import AtomicWriter, JsonValue, Report, SlaThresholds, build_summary

@@ -8,7 +8,7 @@ request.  Inter-token gaps go into :class:`LogSketch` (DDSketch-style buckets, 0
 error, as the reference) together with exact count, sum, min and max.
 
 Lockstep cohorts: a vLLM decode worker in lockstep reports each pass as a change of its
-previous batch (:class:`~dmocker.replay.engines.interface.LockstepDelta`).  The collector then
+previous batch (:class:`~dmocker.engines.interface.LockstepDelta`).  The collector then
 keeps that batch as a lazy *cohort*: per member only ``tokens - passes`` (its token count
 relative to the cohort's pass counter), and for the cohort the time of its last pass, which is
 every member's last token time.  A pass costs one weighted ITL sample plus scalar work for the
@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 if TYPE_CHECKING:
-    from dmocker.replay.engines.interface import LockstepDelta
+    from dmocker.engines.interface import LockstepDelta
 
 __all__ = ["TerminalStatus", "LogSketch", "Collector", "DistributionStats", "nearest_rank"]
 

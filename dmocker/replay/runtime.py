@@ -54,8 +54,8 @@ from dmocker.handoff import (
 )
 from dmocker.handoff.spec import load_spec
 from dmocker.handoff.table import STEP_TAG, Step
-from dmocker.replay.engines.hashing import block_hashes_from_trace, block_hashes_from_trace_batch
-from dmocker.replay.engines.interface import (
+from dmocker.engines.hashing import block_hashes_from_trace, block_hashes_from_trace_batch
+from dmocker.engines.interface import (
     CommandEffects,
     CommandResult,
     EngineArgs,

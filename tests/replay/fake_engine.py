@@ -20,7 +20,7 @@ import numpy as np
 
 from dmocker.handoff import DestinationReserved, SourceHeld
 from dmocker.handoff.types import HandoffId
-from dmocker.replay.engines.interface import (
+from dmocker.engines.interface import (
     Admission,
     CommandEffects,
     CommandResult,

@@ -10,7 +10,7 @@ from typing import Any
 
 from dmocker.handoff import HandoffOrder
 from dmocker.replay.collector import Collector
-from dmocker.replay.engines.interface import Backend, EngineArgs, WorkerType
+from dmocker.engines.interface import Backend, EngineArgs, WorkerType
 from dmocker.replay.report import SlaThresholds, build_summary
 from dmocker.replay.runtime import DisaggRuntime
 from dmocker.replay.workload import AdmissionQueue, SyntheticSpec, SyntheticWorkload, Workload

@@ -41,7 +41,7 @@ def _replay(engine: str, out: Path, pure: bool) -> dict[str, bytes]:
 
 
 def _mode(pure: bool, root: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    code = "import dmocker.replay as r, dmocker.replay.engines.vllm as v; print(r.accelerated(), v.__file__)"
+    code = "import dmocker.replay as r, dmocker.engines.vllm as v; print(r.accelerated(), v.__file__)"
     return subprocess.run(
         [sys.executable, "-c", code], env=_env(pure, root), cwd=root, check=True, capture_output=True, text=True
     )
@@ -98,6 +98,6 @@ def test_edited_source_of_compiled_module_warns_and_loads_source(tmp_path: Path)
     vllm.write_text(vllm.read_text(encoding="utf-8") + "\n# edited after the build\n", encoding="utf-8")
     run = _mode(pure=False, root=tmp_path)
     assert run.stdout.split() == ["False", str(vllm)]
-    assert "dmocker.replay.engines.vllm" in run.stderr
+    assert "dmocker.engines.vllm" in run.stderr
     assert "pip install -e ." in run.stderr
     assert run.stderr.count("older than these sources") == 1

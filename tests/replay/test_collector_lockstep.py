@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from dmocker.handoff import Canceled, Failed, HandoffOrder, TimedOut
 from dmocker.replay.collector import Collector
 from dmocker.replay.events import DeadEndError
-from dmocker.replay.engines.interface import Backend, EngineArgs, LockstepDelta, WorkerType, make_worker
+from dmocker.engines.interface import Backend, EngineArgs, LockstepDelta, WorkerType, make_worker
 from dmocker.replay.report import SlaThresholds, build_summary, stable_json
 from dmocker.replay.runtime import DisaggRuntime
 from dmocker.replay.workload import AdmissionQueue

@@ -110,7 +110,7 @@ def test_prompt_larger_than_the_decode_pool_fails_without_stalling() -> None:
 
 
 def test_separate_engine_args_must_match() -> None:
-    from dmocker.replay.engines.interface import Backend, EngineArgs, WorkerType
+    from dmocker.engines.interface import Backend, EngineArgs, WorkerType
 
     with pytest.raises(ValueError, match="block sizes must match"):
         run(synthetic=2, prefill_engine_args=EngineArgs(block_size=32),

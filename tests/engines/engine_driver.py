@@ -10,7 +10,7 @@ import heapq
 from dataclasses import dataclass, field
 
 from dmocker.handoff.types import DestinationReserved, SourceHeld
-from dmocker.replay.engines.interface import (
+from dmocker.engines.interface import (
     CommandEffects,
     EngineRequest,
     EngineWorker,

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from dmocker.handoff.types import DestinationReserved, SourceHeld
-from dmocker.replay.engines.hashing import block_hashes_from_tokens
-from dmocker.replay.engines.interface import (
+from dmocker.engines.hashing import block_hashes_from_tokens
+from dmocker.engines.interface import (
     CommandResult,
     DecodeKvAccounting,
     EngineArgs,
@@ -19,8 +19,8 @@ from dmocker.replay.engines.interface import (
     WorkerType,
     make_worker,
 )
-from dmocker.replay.engines.vllm import VllmWorker
-from tests.replay.engines.engine_driver import run_pair, stored
+from dmocker.engines.vllm import VllmWorker
+from tests.engines.engine_driver import run_pair, stored
 
 FIXTURE = EngineArgs(block_size=4, num_gpu_blocks=64, max_num_batched_tokens=64, max_num_seqs=2,
                      speedup_ratio=1000.0, decode_speedup_ratio=1000.0,
@@ -281,6 +281,6 @@ def test_decode_kv_accounting_logical_vs_resident() -> None:
         assert plan is not None
         times[acc] = plan.end_ms
         d.finish_pass()
-    from dmocker.replay.engines.timing import polynomial_decode_ms
+    from dmocker.engines.timing import polynomial_decode_ms
     assert times[DecodeKvAccounting.LOGICAL] == pytest.approx(polynomial_decode_ms(16, 32))
     assert times[DecodeKvAccounting.RESIDENT] == pytest.approx(polynomial_decode_ms(8, 32))

@@ -13,8 +13,8 @@ from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, precondition
 
 from dmocker.handoff.types import DestinationReserved, SourceHeld
-from dmocker.replay.engines.hashing import block_hashes_from_tokens
-from dmocker.replay.engines.interface import (
+from dmocker.engines.hashing import block_hashes_from_tokens
+from dmocker.engines.interface import (
     Backend,
     CommandEffects,
     CommandResult,

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from dmocker.handoff.types import DestinationReserved, SourceHeld
-from dmocker.replay.engines.hashing import block_hashes_from_tokens
-from dmocker.replay.engines.interface import (
+from dmocker.engines.hashing import block_hashes_from_tokens
+from dmocker.engines.interface import (
     Backend,
     CommandResult,
     EngineArgs,
@@ -17,8 +17,8 @@ from dmocker.replay.engines.interface import (
     EngineRequest,
     WorkerType,
 )
-from dmocker.replay.engines.sglang import SglangWorker
-from tests.replay.engines.engine_driver import run_pair, stored
+from dmocker.engines.sglang import SglangWorker
+from tests.engines.engine_driver import run_pair, stored
 
 FIXTURE = EngineArgs(backend=Backend.SGLANG, block_size=4, num_gpu_blocks=64,
                      max_num_batched_tokens=64, max_num_seqs=2, speedup_ratio=1000.0,

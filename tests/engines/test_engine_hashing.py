@@ -8,7 +8,7 @@ import sys
 
 from hypothesis import given, settings, strategies as st
 
-from dmocker.replay.engines.hashing import (
+from dmocker.engines.hashing import (
     block_hashes_from_tokens,
     block_hashes_from_trace,
     block_hashes_from_trace_batch,
@@ -23,7 +23,7 @@ def test_known_values_are_stable() -> None:
 
 
 def test_independent_of_pythonhashseed() -> None:
-    code = ("from dmocker.replay.engines.hashing import block_hashes_from_trace as f;"
+    code = ("from dmocker.engines.hashing import block_hashes_from_trace as f;"
             "print(f([1, 2, 3], 1500, 512, 64))")
     outs = set()
     for seed in ("0", "12345"):
@@ -63,8 +63,8 @@ def test_batch_equals_single(rows: list[tuple[list[int], int]], sizes: tuple[int
 def test_hashes_are_two_digit_ints_below_generated_block_ids() -> None:
     """Prompt hashes stay below 2**59 and generated-block ids in [2**59, 2**60): two-digit
     CPython ints (cheap dict keys) that can never collide with each other."""
-    from dmocker.replay.engines.block_pool import PRIVATE_HASH_BASE, generated_block_ids
-    from dmocker.replay.engines.hashing import HASH_BITS
+    from dmocker.engines.block_pool import PRIVATE_HASH_BASE, generated_block_ids
+    from dmocker.engines.hashing import HASH_BITS
 
     hashes = block_hashes_from_trace(list(range(1000)), 1000 * 512, 512, 16)
     assert len(hashes) == 32000 and max(hashes) < 1 << HASH_BITS

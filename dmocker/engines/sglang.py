@@ -1,7 +1,7 @@
 """Mock SGLang worker: paged radix cache, FIFO extend batches, new-token-ratio budget, retraction.
 
 Reference behaviour (fact sheet §2.3, §2.4, §4.3), checked against Dynamo 1.6.1 replays (the
-golden probe traces of ``tests/replay/engines/test_engine_fidelity.py`` match to the digit).
+golden probe traces of ``tests/engines/test_engine_fidelity.py`` match to the digit).
 One pass:
 
 1. **Promote** activated handoff destinations (``prebuilt_ready``) into the running batch, up to
@@ -34,7 +34,7 @@ unusual (a page shortage that needs retraction, a request with nothing to genera
 prompt pages) falls back to the per-request step; a Hypothesis test replays random workloads
 through both and demands identical output.
 
-Pages are the blocks of :class:`~dmocker.replay.engines.block_pool.BlockPool` (page size = block
+Pages are the blocks of :class:`~dmocker.engines.block_pool.BlockPool` (page size = block
 size): radix nodes are chained page hashes, locked = referenced, evictable = inactive.  Because
 every access to a page also touches its whole prefix, LRU order there always evicts children
 before parents, which is the radix tree's leaf-first eviction.
@@ -51,10 +51,10 @@ import numpy as np
 import numpy.typing as npt
 
 from dmocker.handoff.types import DestinationReserved, SourceHeld
-from dmocker.replay.engines.block_pool import BlockPool, generated_block_ids
-from dmocker.replay.engines.common import ceil_div
-from dmocker.replay.engines.handoff_base import NOOP, HandoffWorkerBase
-from dmocker.replay.engines.interface import (
+from dmocker.engines.block_pool import BlockPool, generated_block_ids
+from dmocker.engines.common import ceil_div
+from dmocker.engines.handoff_base import NOOP, HandoffWorkerBase
+from dmocker.engines.interface import (
     Admission,
     CommandEffects,
     CommandResult,
@@ -68,7 +68,7 @@ from dmocker.replay.engines.interface import (
     WorkerType,
     empty_ids,
 )
-from dmocker.replay.engines.timing import PassTiming
+from dmocker.engines.timing import PassTiming
 
 __all__ = ["SglangWorker"]
 

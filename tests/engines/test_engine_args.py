@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from dmocker.handoff.types import TransferTimingMode
-from dmocker.replay.engines.interface import Backend, EngineArgs, WorkerType, make_worker
+from dmocker.engines.interface import Backend, EngineArgs, WorkerType, make_worker
 
 
 def test_defaults_match_reference() -> None:

@@ -39,7 +39,7 @@ generated tokens are never stored (their hashes would be random and unmatchable)
 Block hashes
 ------------
 Requests carry the chained hashes of their *full* engine blocks (ints in ``[0, 2**59)``), never
-token lists; see :mod:`dmocker.replay.engines.hashing` for how they are derived from Mooncake
+token lists; see :mod:`dmocker.engines.hashing` for how they are derived from Mooncake
 ``hash_ids`` (``block_hashes_from_trace``) or from explicit tokens (``block_hashes_from_tokens``).
 The partial tail block of a prompt has no hash: it is always private.  Both pools of one replay
 must use the same block size, so a source hash equals the destination hash of the same prefix.
@@ -475,9 +475,9 @@ def make_worker(args: EngineArgs, worker_idx: int = 0, *, record_kv_events: bool
     """
     args.validate()
     if args.backend is Backend.VLLM:
-        from dmocker.replay.engines.vllm import VllmWorker
+        from dmocker.engines.vllm import VllmWorker
 
         return VllmWorker(args, worker_idx, record_kv_events=record_kv_events)
-    from dmocker.replay.engines.sglang import SglangWorker
+    from dmocker.engines.sglang import SglangWorker
 
     return SglangWorker(args, worker_idx, record_kv_events=record_kv_events)

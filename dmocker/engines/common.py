@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Hashable, Protocol, Sequence, TypeVar
 
-from dmocker.replay.engines.interface import KvEvent, KvRemoved, KvStored
+from dmocker.engines.interface import KvEvent, KvRemoved, KvStored
 
 __all__ = ["kv_events", "ceil_div", "remove_pending"]
 

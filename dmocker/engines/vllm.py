@@ -49,10 +49,10 @@ import numpy as np
 import numpy.typing as npt
 
 from dmocker.handoff.types import DestinationReserved, SourceHeld
-from dmocker.replay.engines.block_pool import BlockPool, generated_block_ids
-from dmocker.replay.engines.common import ceil_div
-from dmocker.replay.engines.handoff_base import NOOP, HandoffWorkerBase
-from dmocker.replay.engines.interface import (
+from dmocker.engines.block_pool import BlockPool, generated_block_ids
+from dmocker.engines.common import ceil_div
+from dmocker.engines.handoff_base import NOOP, HandoffWorkerBase
+from dmocker.engines.interface import (
     Admission,
     DecodeKvAccounting,
     CommandEffects,
@@ -68,7 +68,7 @@ from dmocker.replay.engines.interface import (
     WorkerType,
     empty_ids,
 )
-from dmocker.replay.engines.timing import PassTiming
+from dmocker.engines.timing import PassTiming
 
 __all__ = ["VllmWorker"]
 

@@ -20,9 +20,9 @@ from collections import deque
 from typing import Generic, Hashable, Protocol, TypeVar
 
 from dmocker.handoff.types import DestinationReserved
-from dmocker.replay.engines.block_pool import BlockPool
-from dmocker.replay.engines.common import ceil_div, kv_events, remove_pending
-from dmocker.replay.engines.interface import (
+from dmocker.engines.block_pool import BlockPool
+from dmocker.engines.common import ceil_div, kv_events, remove_pending
+from dmocker.engines.interface import (
     CommandEffects,
     CommandResult,
     EngineCommandError,

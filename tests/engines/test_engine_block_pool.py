@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from dmocker.replay.engines.block_pool import BlockPool
+from dmocker.engines.block_pool import BlockPool
 
 
 def test_lru_evicts_oldest_and_leaves_first() -> None:

@@ -7,8 +7,8 @@ import math
 import pytest
 from hypothesis import given, strategies as st
 
-from dmocker.replay.engines.interface import EngineArgs
-from dmocker.replay.engines.timing import PassTiming, polynomial_decode_ms, polynomial_prefill_ms
+from dmocker.engines.interface import EngineArgs
+from dmocker.engines.timing import PassTiming, polynomial_decode_ms, polynomial_prefill_ms
 
 
 def test_prefill_example_t1000() -> None:

@@ -19,12 +19,12 @@ Invariant (checked by the property tests): ``free + private + len(refs) == total
 
 Blocks of *generated* tokens enter the cache, when their owner frees them, under ids from
 2**59 up (:func:`generated_block_ids`; prompt hashes are below, see
-:data:`dmocker.replay.engines.hashing.HASH_BITS`): the reference caches them under hashes of random output
+:data:`dmocker.engines.hashing.HASH_BITS`): the reference caches them under hashes of random output
 tokens, which nobody can hit, but which take LRU slots and so shape later evictions.
 
 Events: when ``record`` is on, cache insertions and evictions are appended, in order, to
 ``events`` (a stored hash ``h`` as ``h``, a removed one as ``~h``, which is negative); the owner
-drains them with :func:`dmocker.replay.engines.common.kv_events` at its visibility point.
+drains them with :func:`dmocker.engines.common.kv_events` at its visibility point.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from collections import OrderedDict
 from itertools import islice
 from typing import Sequence
 
-from dmocker.replay.engines.hashing import HASH_BITS
+from dmocker.engines.hashing import HASH_BITS
 
 __all__ = ["BlockPool", "PRIVATE_HASH_BASE", "generated_block_ids"]
 

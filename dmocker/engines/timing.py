@@ -8,7 +8,7 @@ what-if runs).  Both are divided by the speed-up ratios: prefill by ``speedup_ra
 
 from __future__ import annotations
 
-from dmocker.replay.engines.interface import EngineArgs
+from dmocker.engines.interface import EngineArgs
 
 __all__ = [
     "polynomial_prefill_ms",
