@@ -36,16 +36,17 @@ from dmocker.handoff import (
     HandoffCoordinator,
     HandoffError,
     HandoffOrder,
+    STEP_TAG,
     IssuedAction,
     Monitor,
+    MonitorState,
     Outcome,
     OutcomeKind,
     ProtocolSpec,
+    Step,
     StepEvent,
     load_spec,
 )
-from dmocker.handoff.monitor import MonitorState
-from dmocker.handoff.table import STEP_TAG, Step
 
 from .events import ReplayInvariantError
 from .fault_driver import StepHook
