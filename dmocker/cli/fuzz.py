@@ -91,6 +91,8 @@ def replay_scenario(args: argparse.Namespace) -> int:
     from dmocker.fuzz.render import render
     from dmocker.fuzz.scenario import ScenarioError, coordinator_factory, load_scenario, run_scenario
 
+    if args.trace is not None or args.synthetic is not None:
+        return _err("dmocker replay", "--scenario holds its own workload: give no TRACE or --synthetic with it")
     try:
         scenario = load_scenario(args.scenario)
         factory = coordinator_factory(args.coordinator)

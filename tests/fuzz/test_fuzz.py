@@ -98,5 +98,6 @@ def test_bad_scenarios_are_rejected(tmp_path: Path, change: dict[str, object], m
 def test_cli_bad_input_exits_2(tmp_path: Path) -> None:
     assert main(["fuzz", "--coordinator", "no.such:Thing", "--max-examples", "1"]) == 2
     assert main(["replay", "--scenario", str(tmp_path / "missing.json")]) == 2
+    assert main(["replay", "--synthetic", "3", "--scenario", str(tmp_path / "missing.json")]) == 2
     (tmp_path / "x.json").write_text("{not json")
     assert main(["replay", "--scenario", str(tmp_path / "x.json")]) == 2

@@ -275,3 +275,16 @@ def test_a_leak_planted_in_an_engine_is_caught() -> None:
     finally:
         end_of_run.check_end_of_run = real
     assert s["invariants_ok"] is False and s["leaked_kv_blocks"] == 3
+
+
+def test_a_request_is_never_decoded_after_it_failed_before_activation(tmp_path: Path) -> None:
+    plan = FaultPlan(fail_rate=0.3, timeout_rate=0.3, seed=4)
+    run(synthetic=60, kv_transfer_bandwidth=20.0, kv_bytes_per_token=200_000, faults=plan,
+        per_request=tmp_path / "r.jsonl")
+    failed_early = 0
+    for line in (tmp_path / "r.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        if rec["terminal_status"] == "failed" and rec["destination_activated_ms"] is None:
+            failed_early += 1
+            assert rec["decode_admit_ms"] is None and rec["output_length"] == 0, rec
+    assert failed_early > 0
