@@ -10,10 +10,18 @@ from __future__ import annotations
 import enum
 import json
 import math
-from typing import Iterable
+from typing import Final, Iterable
 
 from dmocker.conformance.dynamo_records import RecordProblem, record_events
-from dmocker.conformance.events import HEADER_KEY, LogError, json_error_reason, parse_line
+from dmocker.conformance.events import (
+    COMPLETION_KIND,
+    HEADER_KEY,
+    SIMPLE_KINDS,
+    SYMBOL_OF_COMPLETED,
+    LogError,
+    json_error_reason,
+    parse_line,
+)
 from dmocker.conformance.validator import Validator, ViolationKind, _Open
 from dmocker.handoff import HandoffOrder, order_for_engine
 
@@ -23,14 +31,10 @@ class LogFormat(enum.Enum):
     DYNAMO_RECORDS = "dynamo-records"
 
 
-_COMPLETED_SYMBOLS = {"success": "completed:success", "canceled": "completed:canceled"}
-_SIMPLE_KINDS = frozenset(
-    (
-        "prefill_submitted", "source_held", "destination_accepted", "destination_reserved",
-        "transfer_started", "transfer_completed", "destination_activated", "source_released",
-        "source_canceled", "destination_canceled", "failed", "timed_out", "canceled",
-    )
-)
+# The fast path's vocabulary: the format module's, read from the spec.
+_COMPLETED_SYMBOLS: Final = SYMBOL_OF_COMPLETED
+_SIMPLE_KINDS: Final = SIMPLE_KINDS
+_COMPLETION_KIND: Final = COMPLETION_KIND
 
 
 def check_native(lines: Iterable[str], validator: Validator, *, keep_going: bool) -> None:
@@ -48,6 +52,7 @@ def check_native(lines: Iterable[str], validator: Validator, *, keep_going: bool
     inf = math.inf
     simple = _SIMPLE_KINDS
     completed = _COMPLETED_SYMBOLS
+    completion_kind = _COMPLETION_KIND
     # The hot loop is part of the validator's contract: it updates the same private state
     # feed_raw does, for the cases that need no decision (test_fast_path_equals_slow_path).
     open_ = validator._open  # noqa: SLF001
@@ -86,7 +91,7 @@ def check_native(lines: Iterable[str], validator: Validator, *, keep_going: bool
                     symbol = ev
                     if n != 3 and not _optional_ok(obj):
                         raise TypeError
-                elif ev == "completed":
+                elif ev == completion_kind:
                     symbol = completed[obj["detail"]]
                     if n != 4 and not _optional_ok(obj):
                         raise TypeError
