@@ -244,15 +244,15 @@ class _Driver:
         try:
             if isinstance(action, SubmitPrefill):
                 effects = self.src.submit_handoff_prefill(hid, self.request)
-                self._answer(ia, Outcome(_OK["SubmitPrefill"]))
+                self._answer(ia, Outcome(_OK[type(action).__name__]))
                 self._effects(effects)
             elif isinstance(action, ReserveDestination):
                 effects = self.dst.reserve_destination(hid, self.request)
                 self.stored_reserve += len(self._stored(effects.kv_events))
-                self._answer(ia, Outcome(_OK["ReserveDestination"]))
+                self._answer(ia, Outcome(_OK[type(action).__name__]))
                 self._effects(effects)
             elif isinstance(action, StartTransfer):
-                self._answer(ia, Outcome(_OK["StartTransfer"]))
+                self._answer(ia, Outcome(_OK[type(action).__name__]))
                 if action.delay_ms <= 0.0:
                     self._fact(TransferCompleted(hid))  # zero delay completes in the same drain
                 else:
@@ -266,7 +266,7 @@ class _Driver:
                 self.activation_hashes.update(stored)
                 self.activated = True
                 if effects.result is CommandResult.APPLIED:
-                    self._answer(ia, Outcome(_OK["ActivateDestination"]))
+                    self._answer(ia, Outcome(_OK[type(action).__name__]))
                 else:  # an Activate that is not Applied becomes Failed (§2.7)
                     self._answer(ia, Outcome(OutcomeKind.FAILED, "activation not applied"))
                 self._effects(effects)
