@@ -94,3 +94,20 @@ def test_the_writer_lines_parse_back() -> None:
         assert isinstance(p, events.LogEvent)
         expected = {"source": "prefill-1", "destination": "decode-2", "none": None}[sides[p.event]]
         assert p.worker == expected, p
+
+
+def test_fixture_and_replay_write_through_the_one_writer() -> None:
+    """The fixture's lines have the replay's shape (sorted keys; the side's worker; tokens)."""
+    from dmocker.conformance.fixture import run_fixture
+
+    spec = load_spec()
+    sides = dict(spec.observable_sides)
+    verdict = run_fixture("sglang")
+    assert verdict.ok
+    for line in verdict.capture.events:
+        obj = json.loads(line)
+        assert list(obj) == sorted(obj)
+        expected = {"source": "prefill-0", "destination": "decode-0", "none": None}[sides[obj["event"]]]
+        assert obj.get("worker") == expected, line
+        if obj["event"] in ("source_held", "destination_reserved"):
+            assert obj["tokens"] == 8
