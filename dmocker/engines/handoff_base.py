@@ -2,10 +2,9 @@
 
 Why a base class: the vLLM and SGLang mocks schedule differently, but what a *handoff* does to
 a worker is the same in both (``ai-dynamo/dynamo`` ``lib/mocker/src/scheduler/source_holds.rs``):
-a source registers, is held after its
-prefill and is released or canceled; a destination is accepted into a FIFO of pending
-reservations, reserved when the head fits (retried once per capacity generation), activated
-or canceled.  Keeping those rules here once means the two mocks cannot drift apart on them.
+a source registers, is held after its prefill and is released or canceled; a destination is
+accepted into a FIFO of pending reservations, reserved when the head fits (retried once per
+capacity generation), activated or canceled.  Keeping those rules here once means the two mocks cannot drift apart on them.
 
 Each engine supplies its request objects (any class with the attributes of
 :class:`HandoffRequest`), its status members and five hooks: :meth:`_new_request`,
