@@ -17,7 +17,7 @@ import sys
 from typing import Sequence
 
 from dmocker._accel import hot_path_label
-from dmocker.handoff.types import HandoffError
+from dmocker.handoff import HandoffError
 from dmocker.replay.api import DEFAULT_SYNTHETIC, run as replay_run
 from dmocker.replay.events import DeadEndError, ReplayInvariantError
 from dmocker.replay.report import JsonValue, Report
