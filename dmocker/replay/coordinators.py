@@ -122,6 +122,11 @@ class ForeignCoordinator(HandoffCoordinator):
     def set_step_hook(self, hook: StepHook) -> None:
         self._hook = hook
 
+    @property
+    def steps(self) -> int:
+        """Inputs delivered so far (the step a fault or a stuck coordinator is reported at)."""
+        return self._steps
+
     # --- what the runtime reads ------------------------------------------------------------------
 
     @property

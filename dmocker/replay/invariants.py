@@ -136,7 +136,11 @@ def check_end_of_run(
         if coord is not None and not coord.is_complete:
             incomplete.append(rid)
     if finished and incomplete:
-        breaks.append(InvariantBreak("coordinators_complete", f"{len(incomplete)} coordinator(s) never completed", _ids(incomplete)))
+        breaks.append(InvariantBreak(
+            "coordinators_complete",
+            f"{len(incomplete)} coordinator(s) never completed ({_where(runtime, incomplete)})",
+            _ids(incomplete),
+        ))
 
     # -- event log -------------------------------------------------------------------------------------
     if events_path is not None and finished:
@@ -154,10 +158,25 @@ def dead_end_breaks(runtime: DisaggRuntime, stuck: Sequence[str]) -> list[Invari
     if incomplete:
         return [InvariantBreak(
             "coordinators_complete",
-            f"dead end: {len(incomplete)} coordinator(s) never completed and nothing can make progress",
+            f"dead end: {len(incomplete)} coordinator(s) never completed and nothing can make progress "
+            f"({_where(runtime, incomplete)})",
             _ids(incomplete),
         )]
     return [InvariantBreak("no_dead_end", f"dead end: {len(live)} request(s) the engines never finish", _ids(live))]
+
+
+def _where(runtime: DisaggRuntime, ids: Sequence[int]) -> str:
+    """Where the first stuck coordinators stopped: request, step (if counted) and protocol state."""
+    parts = []
+    for rid in sorted(ids)[:3]:
+        coord = runtime.coordinator_of(rid)
+        if coord is None:
+            continue
+        steps = getattr(coord, "steps", None)
+        at = f" after step {steps}" if isinstance(steps, int) else ""
+        parts.append(f"request {rid}{at}, the spec's state for its inputs: {coord.state_label()}")
+    more = f"; +{len(ids) - 3} more" if len(ids) > 3 else ""
+    return "; ".join(parts) + more
 
 
 def leaked_blocks_at_dead_end(runtime: DisaggRuntime) -> int:
