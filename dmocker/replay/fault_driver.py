@@ -119,6 +119,12 @@ class FaultDriver:
         self, request_id: int, order: HandoffOrder, *, fallback_transfer_delay_ms: float = 0.0, spec: ProtocolSpec | None = None
     ) -> HandoffCoordinator:
         faults = draw_request_faults(self.plan, request_id) if self._draws else []
+        if any(step < 0 for step, _ in faults):
+            for step, _ in faults:
+                if step < 0:  # a FAILED outcome of the request's (-step)-th acquiring command
+                    assert self._runtime is not None
+                    self._runtime.on_acquire(request_id, _bind_acquire(self, request_id, -step - 1))
+            faults = [(step, kind) for step, kind in faults if step >= 0]
         if self._inner is None:
             if not faults:
                 return HandoffCoordinator(request_id, order, fallback_transfer_delay_ms=fallback_transfer_delay_ms, spec=spec)
@@ -159,6 +165,13 @@ class FaultDriver:
             self._due[request_id] = keep
         else:
             del self._due[request_id]
+
+    def acquire_failed(self, request_id: int) -> None:
+        rt = self._runtime
+        assert rt is not None
+        self.injected[FaultKind.FAIL.value] += 1
+        if int(rt.collector.status[request_id]) == 0:  # not terminal yet: this failure ends it
+            self.causes[request_id] = FaultCause.ACTION_FAILED
 
     def land(self, request_id: int, kind: FaultKind) -> None:
         rt = self._runtime
@@ -201,6 +214,20 @@ class FaultDriver:
 
 def _bind_land(driver: FaultDriver, request_id: int, kind: FaultKind) -> Callable[[], None]:
     return lambda: driver.land(request_id, kind)
+
+
+def _bind_acquire(driver: FaultDriver, request_id: int, which: int) -> Callable[[], bool]:
+    seen = [0]
+
+    def hook() -> bool:
+        n = seen[0]
+        seen[0] = n + 1
+        if n != which:
+            return False
+        driver.acquire_failed(request_id)
+        return True
+
+    return hook
 
 
 def _bind_crash(driver: FaultDriver, crash: WorkerCrash, restart: bool) -> Callable[[], None]:

@@ -54,7 +54,7 @@ class FaultKind(enum.Enum):
     """A per-request fault: the terminal fact it delivers to the request's coordinator."""
 
     CANCEL = "cancel"  # the client cancels: Canceled
-    FAIL = "fail"  # a handoff action fails on the engine: Failed
+    FAIL = "fail"  # a handoff action fails: a FAILED acquire, or Failed from the engine
     TIMEOUT = "timeout"  # the transfer times out: TimedOut
 
 
@@ -227,13 +227,22 @@ def draw_request_faults(plan: FaultPlan, request_id: int) -> list[tuple[int, Fau
     """The (step, kind) faults of one request, in kind order; empty for most requests.
 
     A fresh generator per request, seeded with (seed, request id): the draws of one request
-    never depend on another's.
+    never depend on another's.  A step >= 0 delivers the kind's fact after that many
+    coordinator inputs.  A failure is, half the time, a FAILED outcome of the request's first
+    (step -1) or second (step -2) acquiring command (SubmitPrefill / ReserveDestination)
+    instead of a Failed fact; every draw is made whatever the rates, so changing one rate
+    does not move another kind's faults.
     """
     rng = random.Random(plan.seed * 0x9E3779B1 + request_id)
     out: list[tuple[int, FaultKind]] = []
     for kind, p in plan.rates:
         u = rng.random()
         step = rng.randrange(NOMINAL_STEPS)
+        if kind is FaultKind.FAIL:
+            as_outcome = rng.random() < 0.5
+            which = rng.randrange(2)
+            if as_outcome:
+                step = -1 - which
         if u < p:
             out.append((step, kind))
     return out

@@ -235,6 +235,7 @@ class DisaggRuntime:
         self._make_coord: CoordinatorFactory = coordinator_factory or HandoffCoordinator
         self._timers: dict[int, Callable[[], None]] = {}
         self._pool_gone = [False, False]  # per stage: empty for good (no restart): acquires fail
+        self._acquire_hooks: dict[int, Callable[[], bool]] = {}  # request -> "fail this acquire?"
         self._timer_seq = 0
         self._admission = admission
         self._workers: tuple[list[EngineWorker], list[EngineWorker]] = (prefill_workers, decode_workers)
@@ -683,6 +684,8 @@ class DisaggRuntime:
         req.phase = Phase.DONE
         if req.routed:  # a failed, rejected or canceled request frees its router state too
             self._release_routes(req)
+        if self._acquire_hooks:
+            self._acquire_hooks.pop(req.rid, None)
         del self._live[req.rid]
         if self._records is not None:
             self._write_record(req)
@@ -744,6 +747,19 @@ class DisaggRuntime:
         if parked:
             self._pending.extend(parked)
             parked.clear()
+
+    def on_acquire(self, request_id: int, hook: Callable[[], bool]) -> None:
+        """Ask ``hook()`` before each SubmitPrefill / ReserveDestination of the request; True:
+        the command fails (acknowledged FAILED, not executed) and the hook is dropped."""
+        self._acquire_hooks[request_id] = hook
+
+    def _acquire_fails(self, req: _Req, issued: IssuedAction, stage: int) -> bool:
+        hook = self._acquire_hooks.get(req.rid)
+        if hook is None or not hook():
+            return False
+        del self._acquire_hooks[req.rid]
+        self._ack(req, issued, Outcome(_K_FAILED, f"injected failure of the {_ACQUIRE[stage][3]}"))
+        return True
 
     def set_pool_gone(self, stage: int) -> None:
         """The pool of ``stage`` is empty and stays so: parked and future acquires fail."""
@@ -884,6 +900,8 @@ class DisaggRuntime:
         worker field they set; everything else (park while the pool is empty, round robin, mark
         the worker dirty, FAILED on a command error, acknowledge, forward lifecycle) is shared.
         """
+        if self._acquire_hooks and self._acquire_fails(req, issued, stage):
+            return True
         active = self._active[stage]
         if not active:
             if self._pool_gone[stage]:  # crashed for good: the request cannot be served

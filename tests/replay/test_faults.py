@@ -288,3 +288,19 @@ def test_a_request_is_never_decoded_after_it_failed_before_activation(tmp_path: 
             failed_early += 1
             assert rec["decode_admit_ms"] is None and rec["output_length"] == 0, rec
     assert failed_early > 0
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_failures_include_failed_submits_and_reservations(tmp_path: Path, engine: str) -> None:
+    """Half the failures are a FAILED outcome of the first or second acquiring command: the
+    command never reaches a worker, so the request has no worker on that side."""
+    report = run(synthetic=40, engine=engine, block_size=64, faults=FaultPlan(fail_rate=1.0, seed=2),
+                 per_request=tmp_path / "r.jsonl", events=tmp_path / "e.jsonl")
+    assert report.summary["invariants_ok"] is True, report.summary["invariant_breaks"]
+    first, second = ("prefill_worker_idx", "decode_worker_idx")[:: 1 if engine == "vllm" else -1]
+    recs = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert all(r["terminal_status"] == "failed" for r in recs)
+    assert any(r[first] is None for r in recs)  # the first acquire failed
+    assert any(r[first] is not None and r[second] is None for r in recs)  # the second failed
+    causes = report.summary["failures_by_cause"]
+    assert isinstance(causes, dict) and causes["action_failed"] == 40
