@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from dmocker.engines.interface import EngineArgs
 from dmocker.handoff import HandoffOrder
 
 from .collector import Collector
-from .coordinators import ForeignFactory, resolve_coordinator
 from .events import DeadEndError
-from .fault_driver import FaultDriver
 from .faults import FaultKind, FaultPlan
 from .invariants import InvariantBreak, check_end_of_run, dead_end_breaks, failures_by_cause, leaked_blocks_at_dead_end
 from .report import JsonValue
 from .runtime import CoordinatorFactory, DisaggRuntime, RuntimeResult
+
+if TYPE_CHECKING:  # imported when used: a plain run loads neither (the checker pulls in networkx)
+    from .coordinators import ForeignFactory
+    from .fault_driver import FaultDriver
 
 __all__ = ["RunHooks", "prepare", "empty_faults_injected"]
 
@@ -116,8 +119,14 @@ def prepare(
         raise ValueError(f"faults must be a FaultPlan, got {type(faults).__name__}")
     if faults is not None:
         faults.check_pools(prefill_workers, decode_workers, num_requests)
-    foreign = resolve_coordinator(coordinator)
+    foreign = None
+    if coordinator is not None:
+        from .coordinators import resolve_coordinator
+
+        foreign = resolve_coordinator(coordinator)
     driver = None
     if faults is not None and not faults.is_empty:
+        from .fault_driver import FaultDriver
+
         driver = FaultDriver(faults, prefill_args=prefill_args, decode_args=decode_args, inner_factory=foreign)
     return RunHooks(driver, foreign)
