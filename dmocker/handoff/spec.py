@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence, TypeAlias, Union
+from typing import Callable, Hashable, Mapping, Sequence, TypeAlias, TypeVar, Union, cast
 
 from dmocker.handoff.types import HandoffErrorKind, HandoffOrder, OutcomeKind
 
@@ -169,6 +169,9 @@ class ProtocolSpec:
     observable_kinds: tuple[str, ...]
     completed_details: tuple[str, ...]
     invariants: tuple[Invariant, ...]
+    #: What consumers derive from this spec (compiled tables, projections), see :func:`derived`.
+    #: Held by the spec itself, so it lives and dies with it; never part of equality or repr.
+    _derived: dict[Hashable, object] = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
     @property
     def events(self) -> tuple[str, ...]:
@@ -205,6 +208,25 @@ class ProtocolSpec:
         return tuple(inv for inv in self.invariants if order in inv.orders)
 
 
+_T = TypeVar("_T")
+
+
+def derived(spec: ProtocolSpec, key: Hashable, build: Callable[[], _T]) -> _T:
+    """``build()``, computed once per spec object and ``key`` and stored on the spec.
+
+    Why on the spec and not in a module-level dict keyed by ``id(spec)``: an id is reused once
+    its object is garbage-collected, so a new spec could be handed an old spec's table.  The
+    store is bounded by the keys consumers use (a few per order) and freed with the spec.
+    ``key`` must say who derived the value, e.g. ``("table", order)``.
+    """
+    store = spec._derived
+    try:
+        return cast(_T, store[key])
+    except KeyError:
+        value = store[key] = build()
+        return value
+
+
 def success_outcomes(spec: ProtocolSpec | None = None) -> dict[str, OutcomeKind]:
     """Action name -> the outcome a healthy environment answers it with (first allowed in the spec)."""
     the_spec = spec if spec is not None else load_spec()
@@ -239,15 +261,19 @@ def spec_dir() -> Path:
     )
 
 
+#: Specs loaded by path, most recently used last; bounded (a long-lived process that loads many
+#: spec files keeps only the last few, each with what was derived from it).
 _CACHE: dict[str, ProtocolSpec] = {}
+_CACHE_SIZE = 8
 
 
 def load_spec(path: str | os.PathLike[str] | None = None) -> ProtocolSpec:
     """Read, validate and cache the protocol spec (the default one unless ``path`` is given)."""
     resolved = Path(path) if path is not None else default_spec_path()
     key = str(resolved.resolve()) if resolved.exists() else str(resolved)
-    cached = _CACHE.get(key)
+    cached = _CACHE.pop(key, None)
     if cached is not None:
+        _CACHE[key] = cached
         return cached
     spec = parse_spec(_read_json(resolved), str(resolved))
     # Semantic validation (reachability etc.) needs the compiled tables; it raises SpecError.
@@ -255,6 +281,8 @@ def load_spec(path: str | os.PathLike[str] | None = None) -> ProtocolSpec:
 
     validate_semantics(spec)
     _CACHE[key] = spec
+    while len(_CACHE) > _CACHE_SIZE:
+        del _CACHE[next(iter(_CACHE))]
     return spec
 
 
