@@ -210,6 +210,19 @@ class Target:
     snapshot_mode: str
     clone_mode: str
     cloner: _Cloner
+    #: False when ``fallback_transfer_delay_ms`` is only a constructor keyword (all the public API
+    #: promises): roots that assign it after construction are then skipped (see :func:`usable_roots`).
+    assignable_fallback: bool = True
+
+    def root_skip_reason(self, config: InitialConfig) -> str | None:
+        """Why ``config`` cannot be used with this coordinator (None: it can)."""
+        if config.after_construction is not None and not self.assignable_fallback:
+            return (
+                f"needs fallback_transfer_delay_ms = {config.after_construction!r} assigned after construction, "
+                "and the coordinator has no assignable fallback_transfer_delay_ms attribute "
+                "(the public API only promises the constructor keyword)"
+            )
+        return None
 
     def make(self, handoff_id: str, order: HandoffOrder, config: InitialConfig) -> CoordinatorLike:
         obj = cast(CoordinatorLike, self.factory(handoff_id, order, fallback_transfer_delay_ms=config.fallback_transfer_delay_ms))
@@ -284,8 +297,9 @@ def target_from_factory(factory: Factory, name: str | None = None) -> Target:
             raise TargetError(f"{label}: missing property {prop} of the coordinator API") from None
     try:
         setattr(a, "fallback_transfer_delay_ms", getattr(a, "fallback_transfer_delay_ms"))
-    except AttributeError:
-        raise TargetError(f"{label}: missing assignable attribute fallback_transfer_delay_ms") from None
+        assignable_fallback = True
+    except AttributeError:  # constructor keyword only: the roots that assign later are skipped
+        assignable_fallback = False
     shared: set[int] = set()
     _find_shared(a, b, shared, depth=3)
     for order in HandoffOrder:  # per-order caches (a compiled table per order) are shared too
@@ -305,7 +319,7 @@ def target_from_factory(factory: Factory, name: str | None = None) -> Target:
             raise TargetError(f"{label}: snapshot() must return a hashable value: {type(exc).__name__}: {exc}") from None
         snapshot_mode = "snapshot()"
     clone_mode = "deepcopy" if hasattr(type(a), "__deepcopy__") else "structural clone"
-    return Target(label, factory, snapshot_mode, clone_mode, cloner)
+    return Target(label, factory, snapshot_mode, clone_mode, cloner, assignable_fallback)
 
 
 def load_target(text: str | None) -> Target:
