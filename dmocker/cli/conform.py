@@ -15,8 +15,9 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from dmocker._atomic import write_atomic
 from dmocker.conformance.events import LogError
-from dmocker.conformance.report import dumps, render_junit, render_text, to_json, write_atomic
+from dmocker.conformance.report import dumps, render_junit, render_text, to_json
 from dmocker.conformance.stream import LogFormat, check_lines
 from dmocker.conformance.validator import Validator
 from dmocker.handoff.types import HandoffOrder, order_for_engine

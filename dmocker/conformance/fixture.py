@@ -30,8 +30,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Final
 
+from dmocker._atomic import write_atomic
 from dmocker.conformance.generate import event_line
-from dmocker.conformance.report import write_atomic
 from dmocker.conformance.stream import check_native
 from dmocker.conformance.validator import ConformanceResult, Validator
 from dmocker.handoff import (
