@@ -118,10 +118,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_fixture(args: argparse.Namespace) -> int:
-    try:
-        from dmocker.conformance.fixture import run_fixture_cli
-    except ImportError as exc:
-        return _fail(f"--fixture needs the replay engines (dmocker.engines), not available: {exc}")
+    from dmocker.conformance.fixture import run_fixture_cli  # imports the engines: only when asked
+
     return run_fixture_cli(args)
 
 
