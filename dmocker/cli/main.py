@@ -7,6 +7,8 @@ import importlib
 import sys
 from typing import Sequence
 
+from dmocker.handoff.spec import SpecError
+
 #: What plain ``dmocker`` runs.
 DEFAULT_VERB = "replay"
 #: Verb modules, in help order. One that fails to import is a broken install or a bug: the
@@ -29,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
         module_name = f"dmocker.cli.{name}"
         try:
             module = importlib.import_module(module_name)
-        except Exception as exc:  # ImportError or whatever the module raised while importing
+        except ImportError as exc:
             raise VerbImportError(
                 f"the command module {module_name} cannot be loaded: {type(exc).__name__}: {exc} "
                 "(a broken install? reinstall dmocker)"
@@ -44,6 +46,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except VerbImportError as exc:
         print(f"dmocker: error: {exc}", file=sys.stderr)
         return 1
+    except SpecError as exc:  # a module read a bad $DMOCKER_SPEC while importing: bad input
+        print(f"dmocker: error: {exc}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:
         # No verb: the main job on its built-in default.

@@ -10,9 +10,11 @@ same :class:`SpecError` naming the file and the element.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import os
-import sys
+from importlib import resources
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Hashable, Mapping, Sequence, TypeAlias, TypeVar, Union, cast
@@ -234,31 +236,39 @@ def success_outcomes(spec: ProtocolSpec | None = None) -> dict[str, OutcomeKind]
 
 
 def default_spec_path() -> Path:
-    """Where the protocol lives: ``$DMOCKER_SPEC``, else the repository's ``spec/handoff.json``."""
+    """Where the protocol lives: ``$DMOCKER_SPEC``, else the package's own copy (see :func:`spec_file`)."""
     override = os.environ.get("DMOCKER_SPEC")
     if override:
         return Path(override)
-    return spec_dir() / "handoff.json"
+    return spec_file("handoff.json")
 
 
-def spec_dir() -> Path:
-    """The folder holding the protocol files: the repository's ``spec/`` (editable install or
-    checkout), else the copy a regular install puts under ``<prefix>/share/dmocker/spec``."""
-    override = os.environ.get("DMOCKER_SPEC")
-    if override:
-        return Path(override).parent
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        candidate = parent / "spec"
-        if (candidate / "handoff.json").is_file():
-            return candidate
-    installed = Path(sys.prefix) / "share" / "dmocker" / "spec"
-    if (installed / "handoff.json").is_file():
-        return installed
-    raise SpecError(
-        "cannot find spec/handoff.json next to the dmocker package; set DMOCKER_SPEC "
-        "(install with `pip install -e .` from the repository)"
-    )
+#: The package data folder holding the protocol files (``handoff.json``, ``event-log.schema.json``).
+SPEC_PACKAGE_DIR = "_spec"
+
+
+def spec_file(name: str) -> Path:
+    """A protocol file shipped with the package, read with :mod:`importlib.resources`.
+
+    ``dmocker/_spec`` is a symbolic link to the repository's ``spec/`` (the one source), so a
+    checkout or an editable install reads ``spec/`` itself, and a wheel carries copies made at
+    build time.  Never searched for elsewhere: a ``spec/`` folder that happens to sit above the
+    install is not ours.
+    """
+    resource = resources.files("dmocker").joinpath(SPEC_PACKAGE_DIR, name)
+    if not resource.is_file():
+        raise SpecError(
+            f"{resource}: the spec file {name!r} is missing from the installed package (a broken install?); "
+            "reinstall dmocker or set DMOCKER_SPEC"
+        )
+    if isinstance(resource, Path):
+        return resource
+    # a package inside a zip archive: extract it once for the life of the process
+    return Path(_EXTRACTED.enter_context(resources.as_file(resource)))
+
+
+_EXTRACTED = contextlib.ExitStack()
+atexit.register(_EXTRACTED.close)
 
 
 #: Specs loaded by path, most recently used last; bounded (a long-lived process that loads many
