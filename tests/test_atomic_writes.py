@@ -19,7 +19,7 @@ from dmocker import _atomic
 from dmocker.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[1]
-MUTANT = "tests.mutants.historical:DestinationMissingDelayNotValidated"
+MUTANT = "dmocker.check.mutant_catalogue.historical:DestinationMissingDelayNotValidated"
 
 
 @pytest.fixture(params=[0o022, 0o027, 0o002])

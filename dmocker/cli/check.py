@@ -66,7 +66,8 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
                    help="where failing properties' counterexamples are saved as JSON (default ./dmocker-counterexamples)")
     p.add_argument("--replay", metavar="FILE", help="re-run a saved counterexample step by step")
     p.add_argument("--mutants", nargs="?", const=str(DEFAULT_CATALOGUE), metavar="DIR",
-                   help=f"run the mutant catalogue (default {DEFAULT_CATALOGUE}) and print the kill table")
+                   help="run a mutant catalogue (a package folder with MUTANTS; default: the one shipped "
+                        "in dmocker.check.mutant_catalogue) and print the kill table")
     p.add_argument("--spec", metavar="PATH", help="protocol spec (default: the repository's spec/handoff.json)")
     p.add_argument("-v", "--verbose", action="store_true", help="print every property's message")
     p.set_defaults(func=run)

@@ -19,7 +19,7 @@ from dmocker.handoff import (
     load_spec,
 )
 from dmocker.testing import coordinator_state_machine
-from tests.mutants import MUTANTS
+from dmocker.check.mutant_catalogue import MUTANTS
 
 
 class StartAfterTerminal(HandoffCoordinator):
