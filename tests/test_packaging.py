@@ -112,3 +112,17 @@ def test_target_install_uses_its_own_spec_not_one_above_it(wheel: Path, tmp_path
     run = subprocess.run([sys.executable, "-m", "dmocker", "spec", "validate"], cwd=elsewhere,
                          env=dict(env, DMOCKER_SPEC=str(bogus)), capture_output=True, text=True)
     assert run.returncode == 2 and str(bogus) in run.stdout + run.stderr
+
+
+def test_version_has_one_source() -> None:
+    import tomllib
+
+    doc = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "version" not in doc["project"] and "version" in doc["project"].get("dynamic", [])
+    assert doc["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "dmocker.__version__"}
+
+
+def test_wheel_version_is_the_package_version(wheel: Path) -> None:
+    import dmocker
+
+    assert wheel.name.startswith(f"dmocker-{dmocker.__version__}-")
