@@ -97,7 +97,7 @@ def test_target_install_uses_its_own_spec_not_one_above_it(wheel: Path, tmp_path
     site = [p for p in sys.path if p.endswith("site-packages")]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(target), *site]))
     env.pop("DMOCKER_SPEC", None)
-    code = "import dmocker, dmocker.handoff.spec as s; print(dmocker.__file__); print(s.default_spec_path())"
+    code = "import dmocker, dmocker.handoff as h; print(dmocker.__file__); print(h.default_spec_path())"
     where = subprocess.run([sys.executable, "-c", code], cwd=elsewhere, env=env, capture_output=True, text=True)
     assert where.returncode == 0, where.stderr
     module_file, spec_path = where.stdout.split()

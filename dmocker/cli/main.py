@@ -7,7 +7,7 @@ import importlib
 import sys
 from typing import Sequence
 
-from dmocker.handoff.spec import SpecError
+from dmocker.handoff import SpecError
 
 #: What plain ``dmocker`` runs.
 DEFAULT_VERB = "replay"

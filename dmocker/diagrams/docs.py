@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dmocker._atomic import write_atomic
-from dmocker.handoff.spec import ProtocolSpec
-from dmocker.handoff.types import HandoffOrder
+from dmocker.handoff import ProtocolSpec
+from dmocker.handoff import HandoffOrder
 
 from .dot import to_dot
 from .mermaid import to_mermaid

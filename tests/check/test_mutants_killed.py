@@ -14,7 +14,7 @@ from dmocker.check import Status, check, load_catalogue, run_mutant, target_from
 from dmocker.check.counterexample import run_steps
 from dmocker.check.mutants import DEFAULT_CATALOGUE, MutantResult, kill_table
 from dmocker.handoff import HandoffOrder, load_spec
-from dmocker.handoff.monitor import Monitor
+from dmocker.handoff import Monitor
 
 CATALOGUE = DEFAULT_CATALOGUE
 MUTANTS = load_catalogue(CATALOGUE)
