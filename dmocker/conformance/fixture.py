@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from dmocker._atomic import write_atomic
-from dmocker.conformance.generate import event_line
 from dmocker.conformance.stream import check_native
 from dmocker.conformance.validator import ConformanceResult, Validator
 from dmocker.handoff import (
@@ -39,7 +38,8 @@ from dmocker.handoff import (
     CancelDestination,
     CancelSource,
     Complete,
-    DestinationReserved,
+    Completion,
+    EventLogWriter,
     Fact,
     HandoffCoordinator,
     HandoffOrder,
@@ -55,6 +55,7 @@ from dmocker.handoff import (
     TransferTimingMode,
     load_spec,
     order_for_engine,
+    success_outcomes,
 )
 from dmocker.engines.hashing import block_hashes_from_tokens
 from dmocker.engines.interface import (
@@ -76,14 +77,20 @@ TOKENS: Final = tuple(range(8))
 MAX_OUTPUT_TOKENS: Final = 2
 BLOCK_SIZE: Final = 4
 _MAX_STEPS: Final = 10_000  # a one-request run takes a few dozen; more is a livelock
+_OK: Final = success_outcomes()  # action name -> its success acknowledgement (spec)
 
-_NORMALIZED = {
-    "source_held": "SourceHeld",
-    "destination_accepted": "DestinationAccepted",
-    "destination_reserved": "DestinationReserved",
-    "destination_activated": "DestinationActivated",
-    "source_released": "SourceReleased",
-}
+
+
+def _normalized_names() -> dict[str, str]:
+    """Observable kind -> the reference's normalized lifecycle event, for the kinds a lifecycle
+    lists (``source_held`` -> ``SourceHeld``): the spec's ``lifecycles`` name them in CamelCase."""
+    spec = load_spec()
+    listed = {name for _, names in spec.lifecycles for name in names}
+    camel = {kind: "".join(part.capitalize() for part in kind.split("_")) for kind in spec.observable_kinds}
+    return {kind: name for kind, name in camel.items() if name in listed}
+
+
+_NORMALIZED: Final = _normalized_names()
 
 
 def fixture_args(backend: Backend, worker_type: WorkerType, mode: TransferTimingMode) -> EngineArgs:
@@ -181,6 +188,7 @@ class _Driver:
         self.src_end: float | None = None
         self.dst_end: float | None = None
         self.events: list[str] = []
+        self.writer = EventLogWriter(lambda line: self.events.append(line.rstrip("\n")), engine)
         self.lifecycle: list[str] = []
         self.src_tokens = 0
         self.dst_tokens = 0
@@ -193,38 +201,26 @@ class _Driver:
 
     # --- logging --------------------------------------------------------------------------
 
-    def _log(self, event: str) -> None:
-        self.events.append(event_line(REQUEST_ID, round(self.now, 6), event, self.engine))
-        name = _NORMALIZED.get(event)
-        if name is not None:
-            self.lifecycle.append(name)
-        elif event.startswith("completed:"):
-            self.lifecycle.append("Completed")
+    def _log(self, before: int, event: str, fact: Fact | None) -> None:
+        """Log what the coordinator's step made observable (the spec's table says what)."""
+        for kind in self.writer.log(self.now, self.coord, before, event, fact, 0, 0):
+            name = _NORMALIZED.get(kind)
+            if name is not None:
+                self.lifecycle.append(name)
 
     def _take(self, issued: list[IssuedAction]) -> None:
-        for ia in issued:
-            if isinstance(ia.action, Complete):
-                completion = self.coord.completion
-                assert completion is not None
-                self._log(f"completed:{completion.value}")
-            else:
-                self.queue.append(ia)
+        self.queue.extend(ia for ia in issued if not isinstance(ia.action, Complete))
 
     def _fact(self, fact: Fact) -> None:
         before = self.coord.state
         issued = self.coord.on_fact(fact)
-        if self.coord.state != before:
-            name = {SourceHeld: "source_held", DestinationReserved: "destination_reserved",
-                    TransferCompleted: "transfer_completed"}.get(type(fact))
-            if name is not None:
-                self._log(name)
+        self._log(before, type(fact).__name__, fact)
         self._take(issued)
 
-    def _answer(self, ia: IssuedAction, outcome: Outcome, event: str | None) -> None:
+    def _answer(self, ia: IssuedAction, outcome: Outcome) -> None:
         before = self.coord.state
         issued = self.coord.on_action_outcome(ia.id, outcome)
-        if self.coord.state != before:
-            self._log(event if event is not None and outcome.kind is not OutcomeKind.FAILED else "failed")
+        self._log(before, f"{type(ia.action).__name__}.{outcome.kind.value}", None)
         self._take(issued)
 
     def _effects(self, effects: CommandEffects) -> None:
@@ -248,15 +244,15 @@ class _Driver:
         try:
             if isinstance(action, SubmitPrefill):
                 effects = self.src.submit_handoff_prefill(hid, self.request)
-                self._answer(ia, Outcome(OutcomeKind.SUBMITTED), "prefill_submitted")
+                self._answer(ia, Outcome(_OK[type(action).__name__]))
                 self._effects(effects)
             elif isinstance(action, ReserveDestination):
                 effects = self.dst.reserve_destination(hid, self.request)
                 self.stored_reserve += len(self._stored(effects.kv_events))
-                self._answer(ia, Outcome(OutcomeKind.ACCEPTED), "destination_accepted")
+                self._answer(ia, Outcome(_OK[type(action).__name__]))
                 self._effects(effects)
             elif isinstance(action, StartTransfer):
-                self._answer(ia, Outcome(OutcomeKind.SCHEDULED), "transfer_started")
+                self._answer(ia, Outcome(_OK[type(action).__name__]))
                 if action.delay_ms <= 0.0:
                     self._fact(TransferCompleted(hid))  # zero delay completes in the same drain
                 else:
@@ -270,9 +266,9 @@ class _Driver:
                 self.activation_hashes.update(stored)
                 self.activated = True
                 if effects.result is CommandResult.APPLIED:
-                    self._answer(ia, Outcome(OutcomeKind.APPLIED), "destination_activated")
+                    self._answer(ia, Outcome(_OK[type(action).__name__]))
                 else:  # an Activate that is not Applied becomes Failed (§2.7)
-                    self._answer(ia, Outcome(OutcomeKind.FAILED, "activation not applied"), None)
+                    self._answer(ia, Outcome(OutcomeKind.FAILED, "activation not applied"))
                 self._effects(effects)
             elif isinstance(action, (ReleaseSource, CancelSource)):
                 if self.src.busy:
@@ -280,17 +276,17 @@ class _Driver:
                 release = isinstance(action, ReleaseSource)
                 effects = self.src.release_source(hid) if release else self.src.cancel_source(hid)
                 kind = OutcomeKind.APPLIED if effects.result is CommandResult.APPLIED else OutcomeKind.NOOP
-                self._answer(ia, Outcome(kind), "source_released" if release else "source_canceled")
+                self._answer(ia, Outcome(kind))
                 self._effects(effects)
             elif isinstance(action, CancelDestination):
                 if self.dst.busy:
                     return False
                 effects = self.dst.cancel_destination(hid)
                 kind = OutcomeKind.APPLIED if effects.result is CommandResult.APPLIED else OutcomeKind.NOOP
-                self._answer(ia, Outcome(kind), "destination_canceled")
+                self._answer(ia, Outcome(kind))
                 self._effects(effects)
         except EngineCommandError as exc:
-            self._answer(ia, Outcome(OutcomeKind.FAILED, str(exc)), None)
+            self._answer(ia, Outcome(OutcomeKind.FAILED, str(exc)))
         return True
 
     # --- the loop -------------------------------------------------------------------------
@@ -354,7 +350,7 @@ class _Driver:
         else:
             raise RuntimeError(f"fixture did not settle after {_MAX_STEPS} steps at t={self.now} ms")
         completed = 1 if (self.decode_finished and self.coord.completion is not None
-                          and self.coord.completion.value == "success") else 0
+                          and self.coord.completion is Completion.SUCCESS) else 0
         return FixtureCapture(
             engine=self.engine,
             mode=self.mode_of(),
