@@ -1,7 +1,7 @@
 """Adapter: the reference's per-request records (Dynamo replay ``capture_per_request``) as events.
 
 A record has one timestamp per lifecycle milestone and no event sequence, so the mapping is
-(issue 5, docs/conformance.md):
+(docs/conformance.md explains it):
 
 * ``prefill_admit_ms`` -> ``prefill_submitted`` (admission follows submission, so this is a
   conservative stand-in);

@@ -2,22 +2,23 @@
 
 One request (tokens 0..7: two full blocks of 4, two output tokens, arrival 0) goes through one
 prefill and one decode worker of the engine, driven by our HandoffCoordinator, once per
-transfer-timing mode.  The run captures what the reference's capture does (fact sheet §13):
+transfer-timing mode.  The run captures what the reference's capture does (``ai-dynamo/dynamo``
+``lib/mocker/src/replay/offline/disagg.rs``, its handoff conformance run):
 
 * the normalized lifecycle events in the order they happen;
 * source output tokens (the prefill's one token), destination output tokens, completed requests;
 * KV "stored" blocks on the decode worker in the ReserveDestination effects (must be 0), in the
   ActivateDestination effects (must be > 0), and later decode passes re-storing an activation
-  hash (must be 0) — §2.6: reservation publishes nothing, activation publishes the prompt;
+  hash (must be 0) — a reservation publishes nothing, an activation publishes the prompt;
 * whether the source engine, the destination engine and the driver are drained at the end;
 
 and ``validate`` applies every rule of the reference's ``validate()``.  As a bonus the run also
 writes the native event log and checks it with the streaming validator.
 
 The driver is a minimal discrete-event loop for one request: the drain order within a timestamp
-follows the reference (§9: pass completions, transfer completions, handoff actions, prefill
+follows the reference (pass completions, transfer completions, handoff actions, prefill
 passes, decode passes, to a fixed point), deferring activate/release/cancel while the target
-worker is mid-pass (§2.7).  It is deliberately not the replay runtime: a fixture should depend on
+worker is mid-pass, as the reference runtime does.  It is deliberately not the replay runtime: a fixture should depend on
 the engines and the coordinator only, so a failure points at one of them.
 """
 
@@ -94,7 +95,7 @@ _NORMALIZED: Final = _normalized_names()
 
 
 def fixture_args(backend: Backend, worker_type: WorkerType, mode: TransferTimingMode) -> EngineArgs:
-    """The reference fixture's engine arguments (fact sheet §13)."""
+    """The reference fixture's engine arguments (small pools, block size 4, a 1 GB/s link)."""
     return EngineArgs(
         backend=backend,
         worker_type=worker_type,
@@ -143,7 +144,7 @@ class FixtureVerdict:
 
 
 def validate(capture: FixtureCapture, log: ConformanceResult) -> tuple[str, ...]:
-    """Every rule of the reference's ``validate()`` (§13), plus: the event log conforms."""
+    """Every rule of the reference's ``validate()``, plus: the event log conforms."""
     failures: list[str] = []
     expected_order = order_for_engine(capture.engine)
     if capture.order is not expected_order:
@@ -267,7 +268,7 @@ class _Driver:
                 self.activated = True
                 if effects.result is CommandResult.APPLIED:
                     self._answer(ia, Outcome(_OK[type(action).__name__]))
-                else:  # an Activate that is not Applied becomes Failed (§2.7)
+                else:  # an Activate that is not Applied becomes Failed (as the reference)
                     self._answer(ia, Outcome(OutcomeKind.FAILED, "activation not applied"))
                 self._effects(effects)
             elif isinstance(action, (ReleaseSource, CancelSource)):

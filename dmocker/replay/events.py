@@ -1,14 +1,17 @@
-"""Virtual clock, event heap and the per-timestamp drain loop of the replay.
+"""The replay's event heap, its ordering key, and the replay's two run-time errors.
 
 Why this shape: the reference replay is a discrete-event simulation whose results depend on
 the order in which same-time work is applied.  Its heap orders events by time, then by a
-fixed phase rank (pass completions before worker-ready before transfer completions before
-planner ticks), then by a push sequence number.  Within one timestamp it drains a fixed list
-of phases, looping until a whole sweep changes nothing (a fixed point).  We keep exactly that
-contract, with an integer sequence number as the only tie-break so that nothing depends on
-object identity or hash order.
+fixed phase rank (:class:`EventKind`: pass completions before worker-ready before transfer
+completions before planner ticks), then by a push sequence number.  We keep exactly that key,
+with an integer sequence number as the only tie-break, so that nothing depends on object
+identity or hash order.
 
-Nothing here knows about requests or engines: the runtime supplies the phases.
+The per-timestamp drain loop is the runtime's (``DisaggRuntime._drain``): at each timestamp it
+pops the due events rank by rank, then releases arrivals (not heap events: the admission queue
+reports its own next time), runs handoff actions and starts passes, and repeats until a whole
+sweep changes nothing (a fixed point).  Nothing here knows about requests or engines: payloads
+are opaque.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 The coordinator decides *what* happens to a request (dmocker.handoff, compiled-table path);
 this module only *executes* its actions against the engines and feeds back the facts and
-outcomes, in the reference's order (fact sheet sections 2.7, 3 and 9):
+outcomes, in the reference's order (``ai-dynamo/dynamo``
+``lib/mocker/src/replay/offline/disagg.rs``):
 
 * SubmitPrefill / ReserveDestination are routed (round robin) and applied at once; a command
   error becomes ``Outcome(FAILED, message)``.  They park while their pool has no worker.
@@ -15,7 +16,8 @@ outcomes, in the reference's order (fact sheet sections 2.7, 3 and 9):
 * A request is *retired* once its decode terminal was seen and its coordinator completed, in
   either order (the decode terminal may precede ReleaseSource).
 
-Per timestamp the phases run in the fixed order of section 9, looped to a fixed point; with
+Per timestamp the phases run in a fixed order (pass completions, transfer completions, injected
+facts, arrivals, handoff actions, prefill passes, decode passes), looped to a fixed point; with
 work left and no future event the run stops with a :class:`DeadEndError` naming the requests.
 """
 
@@ -329,7 +331,7 @@ class DisaggRuntime:
         return self._source_output_tokens
 
     def _drain(self) -> None:
-        """The per-timestamp drain of section 9, looped to a fixed point.
+        """The per-timestamp drain (phases in the fixed order above), looped to a fixed point.
 
         Each phase is guarded by a cheap "anything to do?" test so that an idle phase costs a
         comparison, not a call: the drain runs once per distinct timestamp.

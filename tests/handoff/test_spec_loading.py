@@ -79,3 +79,13 @@ def test_demo_prints_one_clean_handoff_per_order(capsys: pytest.CaptureFixture[s
     out = capsys.readouterr().out
     assert out.count("completion: success") == 2
     assert out.index("#1 ReserveDestination") < out.index("== destination-first ==") < out.index("#1 SubmitPrefill")
+
+
+@pytest.mark.parametrize("verb", [["spec", "validate"], ["spec", "show"]])
+def test_spec_help_names_the_real_default(verb: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    # The default is $DMOCKER_SPEC, else dmocker's own spec/handoff.json: the help says so.
+    with pytest.raises(SystemExit):
+        main([*verb, "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "default: $DMOCKER_SPEC if set, else dmocker's spec/handoff.json" in out
+    assert "bundled" not in out
