@@ -59,7 +59,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # a copy: building in place would leave build/ and *.egg-info in the checkout
     shutil.copytree(ROOT, src, symlinks=True, ignore=shutil.ignore_patterns(
         ".venv*", ".git", "build", "dist", "*.egg-info", "__pycache__", ".mypy_cache", ".pytest_cache",
-        ".hypothesis", "*.so", "dmocker-counterexamples"))
+        ".hypothesis", "*.so", "_accel_manifest.json", "dmocker-counterexamples"))
     out = work / "dist"
     if _builds_without_isolation():  # fast: this interpreter's setuptools
         run = _pip("wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), ".", cwd=src)
