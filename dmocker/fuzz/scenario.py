@@ -23,7 +23,8 @@ from dmocker.replay import run as replay_run
 from dmocker.replay.coordinators import CoordinatorFault, ForeignCoordinator, ForeignFactory
 from dmocker.replay.events import DeadEndError, ReplayInvariantError
 from dmocker.replay.faults import FaultKind, FaultPlan, Pool, ScheduledFault, WorkerCrash
-from dmocker.replay.report import Report, atomic_write_text, stable_json
+from dmocker._atomic import write_atomic
+from dmocker.replay.report import Report, stable_json
 from dmocker.replay.workload import NO_NEXT, SessionStart, Turn
 
 __all__ = [
@@ -234,7 +235,7 @@ def save_scenario(path: str | os.PathLike[str], scenario: Scenario, extra: dict[
     body = scenario.to_json()
     if extra:
         body.update(extra)
-    atomic_write_text(path, stable_json(body))
+    write_atomic(path, stable_json(body))
 
 
 # --- running -------------------------------------------------------------------------------------

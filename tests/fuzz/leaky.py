@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dmocker.handoff import CancelDestination, IssuedAction, Outcome, OutcomeKind, ReleaseSource
 
-from tests.mutants import WrappedCoordinator
+from dmocker.check.mutant_catalogue import WrappedCoordinator
 
 
 class NeverCancelsDestination(WrappedCoordinator):

@@ -13,7 +13,7 @@ from dmocker.handoff import IssuedAction, SubmitPrefill
 from dmocker.replay import run
 from dmocker.replay.coordinators import CoordinatorFault
 from dmocker.replay.faults import FaultPlan, Pool, WorkerCrash
-from tests.mutants import WrappedCoordinator
+from dmocker.check.mutant_catalogue import WrappedCoordinator
 
 from .reference_coordinator import ReferenceCoordinator
 
@@ -76,7 +76,7 @@ def test_a_protocol_violation_is_caught_by_the_monitor() -> None:
 
 
 def test_a_coordinator_that_never_completes_fails_the_run(tmp_path: Path) -> None:
-    from tests.mutants.plausible import IgnoresTransferCompleted
+    from dmocker.check.mutant_catalogue.plausible import IgnoresTransferCompleted
 
     out = tmp_path / "r.json"
     report = run(synthetic=3, coordinator=IgnoresTransferCompleted)
@@ -94,7 +94,7 @@ def test_cli_exit_codes_for_coordinators(tmp_path: Path) -> None:
     assert main(["replay", "--synthetic", "3", "--quiet", "--coordinator", "nope.nothing:X", "--out", str(out)]) == 2
     assert not out.exists()
     assert main(["replay", "--synthetic", "3", "--quiet", "--out", str(out),
-                 "--coordinator", "tests.mutants.plausible:IgnoresTransferCompleted"]) == 1
+                 "--coordinator", "dmocker.check.mutant_catalogue.plausible:IgnoresTransferCompleted"]) == 1
     assert out.exists()  # the report is written, marked failed
     assert '"invariants_ok": false' in out.read_text()
     assert os.path.getsize(out) > 0
