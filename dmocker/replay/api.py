@@ -21,6 +21,7 @@ from dmocker.engines.interface import Backend, EngineArgs, EngineWorker, WorkerT
 
 from .collector import Collector
 from .report import AtomicWriter, JsonValue, Report, SlaThresholds, build_summary
+from .routing import Pool, RouterConfig, RouterContext, parse_router
 from .runtime import DisaggRuntime
 from .workload import AdmissionQueue, MooncakeTrace, SyntheticSpec, SyntheticWorkload, Workload, WorkloadError
 
@@ -141,6 +142,8 @@ def run(
     events: str | os.PathLike[str] | None = None,
     progress: bool = False,
     on_retired: Callable[[int], None] | None = None,
+    router: str = "round-robin",
+    router_config: RouterConfig | None = None,
 ) -> Report:
     """Replay a Mooncake trace (``trace``) or a synthetic workload and return the Report.
 
@@ -151,6 +154,9 @@ def run(
     and ``events`` are JSONL paths written atomically (nothing appears on error).
     ``clamp_input_length`` reproduces the reference's silent clamp of ``input_length`` to
     ``len(hash_ids) * trace_block_size``; by default exceeding it is a ``WorkloadError``.
+    ``router`` picks both pools' routing: ``"round-robin"`` (default), ``"kv"`` (the KV-aware
+    router, tuned by ``router_config``) or ``"MODULE:CLASS"`` (a user class implementing
+    :class:`dmocker.replay.routing.Router`).
     Raises ``ValueError`` (``WorkloadError`` for trace problems) on bad input.
     """
     started = time.perf_counter()
@@ -198,6 +204,10 @@ def run(
     except TypeError as exc:
         raise ValueError(f"bad engine argument: {exc}") from None
     order: HandoffOrder = order_for_engine(prefill_args.backend.value)
+    router_spec = parse_router(router)
+    if router_config is not None and not isinstance(router_config, RouterConfig):
+        raise ValueError(f"router_config must be a RouterConfig, got {type(router_config).__name__}")
+    routing = (router_config or RouterConfig()).validate()
 
     # ---- workload ----------------------------------------------------------------------------
     workload: Workload
@@ -250,7 +260,7 @@ def run(
         "decode_workers": decode_workers,
         "prefill_engine_args": _args_json(prefill_args),
         "decode_engine_args": _args_json(decode_args),
-        "router": "round_robin",
+        "router": router_spec.mode,
         "mode": "trace" if max_in_flight is None else "concurrency",
         "max_in_flight": max_in_flight,
         "max_sim_time_ms": max_sim_time_ms,
@@ -260,9 +270,18 @@ def run(
         "seed": seed,
         "workload": workload_config,
     }
+    if router_spec.mode != "round_robin":
+        config["router_config"] = dict(routing.as_json())
 
     # ---- run ---------------------------------------------------------------------------------
-    p_workers: list[EngineWorker] = [make_worker(prefill_args, i) for i in range(prefill_workers)]
+    routers = tuple(
+        router_spec.build(RouterContext(pool, seed, args.page_tokens, args.max_num_batched_tokens), routing)
+        for pool, args in ((Pool.PREFILL, prefill_args), (Pool.DECODE, decode_args))
+    )
+    kv_feed = routers[0].wants_kv_events
+    p_workers: list[EngineWorker] = [
+        make_worker(prefill_args, i, record_kv_events=kv_feed) for i in range(prefill_workers)
+    ]
     d_workers: list[EngineWorker] = [make_worker(decode_args, i) for i in range(decode_workers)]
     collector = Collector(workload.num_requests)
     records_w = AtomicWriter(per_request) if per_request is not None else None
@@ -288,10 +307,15 @@ def run(
             records=_as_io(records_w),
             events=_as_io(events_w),
             on_retired=retired if (bar is not None or on_retired is not None) else None,
+            prefill_router=routers[0],
+            decode_router=routers[1],
         )
         result = runtime.run()
         runtime.write_incomplete_records()
         summary = build_summary(collector, handoff_order=order.value, sla=sla)
+        if router_spec.mode != "round_robin":
+            summary["router_mode"] = router_spec.mode
+            summary.update(runtime.routing_summary())
     except BaseException:
         for w in (records_w, events_w):
             if w is not None:
