@@ -22,6 +22,8 @@ from dmocker.replay.events import DeadEndError, ReplayInvariantError
 from dmocker.replay.report import JsonValue, Report
 from dmocker.replay.workload import WorkloadError
 
+from .routing_flags import add_router_arguments, router_kwargs
+
 __all__ = ["add_parser", "configure", "run", "main", "render_summary"]
 
 
@@ -84,6 +86,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     r.add_argument("--sla-itl-ms", type=_float, help="goodput bound on mean ITL")
     r.add_argument("--sla-e2e-ms", type=_float, help="goodput bound on end-to-end latency")
     r.add_argument("--max-sim-time-ms", type=_float, help="soft cap on simulated time")
+    add_router_arguments(parser)
     o = parser.add_argument_group("output")
     o.add_argument("--out", metavar="REPORT_JSON", help="write {summary, config} here")
     o.add_argument("--per-request", metavar="RECORDS_JSONL", help="write one record per request here")
@@ -169,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
             return 2
     progress = not args.quiet and sys.stderr.isatty()
     try:
+        router, router_config = router_kwargs(args)
         report = replay_run(
             args.trace,
             synthetic=args.synthetic,
@@ -203,6 +207,8 @@ def run(args: argparse.Namespace) -> int:
             per_request=args.per_request,
             events=args.events,
             progress=progress,
+            router=router,
+            router_config=router_config,
         )
     except (DeadEndError, ReplayInvariantError, HandoffError) as exc:
         print(f"dmocker replay: failed: {exc}", file=sys.stderr)
