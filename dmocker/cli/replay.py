@@ -137,6 +137,7 @@ def render_summary(report: Report) -> str:
     head = (
         f"dmocker replay: {cfg['engine']} {cfg['prefill_workers']}P+{cfg['decode_workers']}D, "
         f"{_workload_label(cfg)}"
+        + (f", router {cfg['router']}" if cfg.get("router", "round_robin") != "round_robin" else "")
     )
     width = max(len(k) for k, _ in rows)
     lines = [head, "-" * len(head)]

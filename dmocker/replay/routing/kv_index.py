@@ -1,12 +1,13 @@
 """Which prefill worker holds which KV block: the router's prefix index.
 
-Why a flat map and not a tree: the engines name blocks by *chained* hashes (a block's hash
+Why per-worker sets and not a tree: the engines name blocks by *chained* hashes (a block's hash
 covers its whole prefix, see ``dmocker.engines.hashing``), so one hash already identifies a
 path from the root of the reference's radix tree (``ai-dynamo/dynamo``
-``lib/kv-router/src/indexer``).  A map from hash to the set of workers holding it (an int
-bitmask) is that tree flattened: a request's overlap on a worker is the number of its leading
-blocks the worker holds, found by walking the prompt's hashes until no worker is left.  The
-work per query is O(prompt blocks + workers), never O(cached blocks).
+``lib/kv-router/src/indexer``).  A set of the hashes each worker caches is that tree
+flattened: a request's overlap on a worker is the number of its leading blocks the worker
+holds.  Stored / Removed events are bulk set updates (done in C), and a query walks the
+prompt's hashes once per worker until the first miss: O(prompt blocks x workers) per request,
+never O(cached blocks).
 """
 
 from __future__ import annotations
@@ -19,64 +20,46 @@ __all__ = ["KvIndex"]
 
 
 class KvIndex:
-    """Chained block hash -> bitmask of the workers whose cache holds that block."""
+    """Per worker: the set of chained block hashes its cache holds."""
 
-    __slots__ = ("_holders",)
+    __slots__ = ("_held",)
 
     def __init__(self) -> None:
-        self._holders: dict[int, int] = {}
+        self._held: dict[int, set[int]] = {}
 
     def __len__(self) -> int:
-        return len(self._holders)
+        """Cached (worker, block) pairs."""
+        return sum(len(s) for s in self._held.values())
 
     def apply(self, worker: int, events: Sequence[KvEvent]) -> None:
         """Apply a worker's Stored / Removed events in order."""
-        holders = self._holders
-        bit = 1 << worker
+        held = self._held.get(worker)
+        if held is None:
+            held = self._held[worker] = set()
         for ev in events:
             if isinstance(ev, KvStored):
-                for h in ev.block_hashes:
-                    holders[h] = holders.get(h, 0) | bit
+                held.update(ev.block_hashes)
             else:
-                for h in ev.block_hashes:
-                    mask = holders.get(h, 0) & ~bit
-                    if mask:
-                        holders[h] = mask
-                    else:
-                        holders.pop(h, None)
+                held.difference_update(ev.block_hashes)
 
     def forget_worker(self, worker: int) -> None:
         """Drop every block of ``worker`` (a removed worker whose index may be reused)."""
-        bit = 1 << worker
-        holders = self._holders
-        for h in [h for h, m in holders.items() if m & bit]:
-            mask = holders[h] & ~bit
-            if mask:
-                holders[h] = mask
-            else:
-                del holders[h]
+        self._held.pop(worker, None)
 
     def overlaps(self, block_hashes: Sequence[int]) -> dict[int, int]:
         """Leading blocks of ``block_hashes`` each worker holds (workers with none are absent)."""
-        holders = self._holders
         out: dict[int, int] = {}
-        alive = -1  # every worker still matching the prefix so far
-        depth = 0
-        for h in block_hashes:
-            mask = holders.get(h, 0) & alive
-            if mask != alive and depth:
-                _credit(out, alive & ~mask, depth)
-            if not mask:
-                return out
-            alive = mask
-            depth += 1
-        if depth:
-            _credit(out, alive, depth)
+        if not block_hashes:
+            return out
+        first = block_hashes[0]
+        for worker in sorted(self._held):
+            held = self._held[worker]
+            if first not in held:
+                continue
+            n = 1
+            for h in block_hashes[1:]:
+                if h not in held:
+                    break
+                n += 1
+            out[worker] = n
         return out
-
-
-def _credit(out: dict[int, int], mask: int, depth: int) -> None:
-    while mask:
-        low = mask & -mask
-        out[low.bit_length() - 1] = depth
-        mask ^= low
