@@ -1009,6 +1009,19 @@ class DisaggRuntime:
             req.queued -= 1
             self._dispatch(req, issued, stage, idx)
 
+    def route_topology_changed(self, stage: int, worker: int, *, added: bool) -> None:
+        """Tell a pool's router that ``worker`` joined (``added``) or left it; dispatch what it releases.
+
+        For scaling (a planner): call after updating the pool's active worker list.
+        """
+        router = self._routers[stage]
+        if added:
+            released = router.add_worker(worker, self.now_ms)
+        else:
+            released = router.remove_worker(worker, self.now_ms)
+        if released:
+            self._admit(stage, released)
+
     def _prefill_pass_routing(self, done: PassCompletion, idx: int) -> None:
         """Prefill pass end: KV events (SGLang's become visible here), then prefill completions."""
         router = self._routers[_P]
