@@ -1,4 +1,4 @@
-"""Speed of `dmocker conform` on a 1M-event log (issue 5: >= 100k events/s, standard json).
+"""Speed of `dmocker conform` on a 1M-event log (target: >= 100k events/s, standard json).
 
 Generates a seeded, legal, interleaved log of both orders (engine field on every line) into a
 temporary file, then validates it through the same streaming path as the CLI and prints the

@@ -28,17 +28,14 @@ from typing import Final
 from dmocker.handoff import ProtocolSpec, load_spec
 from dmocker.handoff import CompiledTable, Step, compile_table
 from dmocker.handoff import HandoffOrder
+from dmocker.conformance.events import COMPLETION_KIND
+from dmocker.conformance.events import completed_symbol as completed_symbol
 
 #: A node of the nondeterministic automaton: a table state and the kinds still to be logged
 #: by the step that led there (empty for a real coordinator state).
 Node = tuple[int, tuple[str, ...]]
 
-COMPLETED: Final = "completed"
-
-
-def completed_symbol(detail: str) -> str:
-    """The symbol of a ``completed`` event with this detail."""
-    return f"{COMPLETED}:{detail}"
+COMPLETED: Final = COMPLETION_KIND
 
 
 def symbol_display(symbol: str) -> str:

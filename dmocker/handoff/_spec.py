@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence, TypeAlias, Union
 
-from dmocker.handoff._types import HandoffErrorKind, HandoffOrder, OutcomeKind
+from dmocker.handoff._registry import class_problems
+from dmocker.handoff._types import Completion, HandoffErrorKind, HandoffOrder, OutcomeKind
 
 JsonValue: TypeAlias = Union[None, bool, int, float, str, Sequence["JsonValue"], Mapping[str, "JsonValue"]]
 
@@ -43,6 +44,9 @@ INVARIANT_PARAMS: Mapping[str, Mapping[str, str]] = {
 }
 KNOWN_INVARIANT_KINDS = tuple(INVARIANT_PARAMS)
 #: Atoms that name no action or fact (see spec/README.md, ``invariants``).
+#: Where an observable kind happens (``observable.sides``): the event log's ``worker`` field
+#: names a prefill worker for ``source`` kinds and a decode worker for ``destination`` kinds.
+OBSERVABLE_SIDES = ("source", "destination", "none")
 FIXED_ATOMS = ("complete:success", "complete:canceled", "fact_after_success:terminal")
 
 
@@ -137,6 +141,8 @@ class ActionSpec:
 class FactSpec:
     name: str
     terminal: bool
+    #: the payload fields the fact carries besides its handoff id (names of the fact class's fields)
+    payload: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +175,21 @@ class ProtocolSpec:
     observable_kinds: tuple[str, ...]
     completed_details: tuple[str, ...]
     invariants: tuple[Invariant, ...]
+    #: observable kind -> the side it happens on (one of :data:`OBSERVABLE_SIDES`)
+    observable_sides: tuple[tuple[str, str], ...] = ()
+    #: the observable kind that carries the completion in ``detail`` (one of ``completed_details``)
+    completion_kind: str = "completed"
+
+    @property
+    def terminal_facts(self) -> tuple[str, ...]:
+        """The facts that end the handoff (``terminal: true``), in spec order."""
+        return tuple(f.name for f in self.facts if f.terminal)
+
+    def kinds_on_side(self, side: str) -> tuple[str, ...]:
+        """The observable kinds that happen on ``side`` (``source``, ``destination`` or ``none``)."""
+        if side not in OBSERVABLE_SIDES:
+            raise KeyError(side)
+        return tuple(kind for kind, s in self.observable_sides if s == side)
 
     @property
     def events(self) -> tuple[str, ...]:
@@ -351,7 +372,8 @@ def parse_spec(raw: object, path: str = "<spec>") -> ProtocolSpec:
     facts: list[FactSpec] = []
     for fname, fraw in ctx.obj(ctx.get(top, "facts", "document"), "facts").items():
         fobj = ctx.obj(fraw, f"facts.{fname}")
-        facts.append(FactSpec(fname, ctx.boolean(fobj.get("terminal", False), f"facts.{fname}.terminal")))
+        payload = tuple(ctx.obj(fobj.get("payload", {}), f"facts.{fname}.payload"))
+        facts.append(FactSpec(fname, ctx.boolean(fobj.get("terminal", False), f"facts.{fname}.terminal"), payload))
     outcome_kinds = ctx.strings(ctx.get(top, "outcome_kinds", "document"), "outcome_kinds")
     if "Failed" not in outcome_kinds:
         raise ctx.fail("outcome_kinds", "the 'Failed' outcome kind is required")
@@ -405,10 +427,29 @@ def parse_spec(raw: object, path: str = "<spec>") -> ProtocolSpec:
         )
     action_names = {a.name for a in actions}
     fact_names = {f.name for f in facts}
+    problems = class_problems([a.name for a in actions], [f.name for f in facts])
+    if problems:
+        raise ctx.fail("actions/facts", "; ".join(problems))
 
     observable = ctx.obj(ctx.get(top, "observable", "document"), "observable")
     kinds = ctx.strings(ctx.get(observable, "kinds", "observable"), "observable.kinds")
     details = ctx.strings(observable.get("completed_details", []), "observable.completed_details")
+    sides_obj = ctx.obj(ctx.get(observable, "sides", "observable"), "observable.sides")
+    for kind, side in sides_obj.items():
+        if kind not in kinds:
+            raise ctx.fail(f"observable.sides.{kind}", "unknown observable kind")
+        if side not in OBSERVABLE_SIDES:
+            raise ctx.fail(f"observable.sides.{kind}", f"unknown side {side!r} (one of {list(OBSERVABLE_SIDES)})")
+    missing_sides = [kind for kind in kinds if kind not in sides_obj]
+    if missing_sides:
+        raise ctx.fail("observable.sides", f"no side for {missing_sides}")
+    sides = tuple((kind, str(sides_obj[kind])) for kind in kinds)
+    completion_kind = ctx.string(ctx.get(observable, "completion_kind", "observable"), "observable.completion_kind")
+    if completion_kind not in kinds:
+        raise ctx.fail("observable.completion_kind", f"unknown observable kind {completion_kind!r}")
+    for detail in details:
+        if detail not in {c.value for c in Completion}:
+            raise ctx.fail("observable.completed_details", f"unknown completion {detail!r}")
 
     def parse_transition(raw_t: object, element: str, is_rule: bool, events: set[str]) -> Transition:
         tobj = ctx.obj(raw_t, element)
@@ -581,6 +622,8 @@ def parse_spec(raw: object, path: str = "<spec>") -> ProtocolSpec:
         observable_kinds=kinds,
         completed_details=details,
         invariants=tuple(invariants),
+        observable_sides=sides,
+        completion_kind=completion_kind,
     )
 
 

@@ -90,7 +90,7 @@ def test_kill_rate_is_100_percent() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(HISTORICAL))
-def test_historical_counterexamples_replay(name: str) -> None:
+def test_historical_counterexamples_reproduce(name: str) -> None:
     (mutant,) = [m for m in MUTANTS if m.name == name]
     target = target_from_factory(mutant.factory, f"mutant:{name}")
     report = check(target, (HandoffOrder.SOURCE_FIRST,), max_states=50_000)

@@ -1,4 +1,4 @@
-"""The one-request conformance fixture (reference run_handoff_conformance, fact sheet §13)."""
+"""The one-request conformance fixture (the reference's ``run_handoff_conformance``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Every replay's logs validate clean: the native event log and the per-request records.
 
-Many seeded runs, both orders (SGLang is skipped while its engine is not available), with and
-without a KV transfer model, on a small pool so that requests queue and wait for room.
+Many seeded runs of both engines (vLLM source-first, SGLang destination-first): with and
+without a KV transfer model (both timing modes), on a small pool so that requests queue and wait
+for room, with shared prefixes, and in concurrency mode.
 """
 
 from __future__ import annotations

@@ -94,7 +94,7 @@ def test_plan_force_pure_is_not_a_staleness_warning() -> None:
 def test_edited_source_of_compiled_module_warns_and_loads_source(tmp_path: Path) -> None:
     copy = tmp_path / "dmocker"
     shutil.copytree(ROOT / "dmocker", copy, ignore=shutil.ignore_patterns("__pycache__"))
-    vllm = copy / "replay" / "engines" / "vllm.py"
+    vllm = copy / "engines" / "vllm.py"
     vllm.write_text(vllm.read_text(encoding="utf-8") + "\n# edited after the build\n", encoding="utf-8")
     run = _mode(pure=False, root=tmp_path)
     assert run.stdout.split() == ["False", str(vllm)]

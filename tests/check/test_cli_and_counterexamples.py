@@ -1,4 +1,5 @@
-"""`dmocker check` end to end: exit codes, reports, saved counterexamples and --replay."""
+"""`dmocker check` end to end: exit codes, reports, saved counterexamples and re-running them
+(`dmocker check --replay CEX`)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def test_ours_exits_0_with_reports(tmp_path: Path, capsys: pytest.CaptureFixture
     assert not (tmp_path / "cex").exists()  # nothing failed, nothing saved
 
 
-def test_failing_mutant_exits_1_and_replays(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_failing_mutant_exits_1_and_its_counterexample_reruns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cex_dir = tmp_path / "cex"
     junit = tmp_path / "r.xml"
     code = main(["check", "--coordinator", MUTANT, "--order", "source-first", "--cex-dir", str(cex_dir), "--junit", str(junit)])
@@ -47,7 +48,7 @@ def test_failing_mutant_exits_1_and_replays(tmp_path: Path, capsys: pytest.Captu
     assert len(failures) == 1 and "StartTransfer" in (failures[0].get("message") or "")
     raw = json.loads(saved.read_text())
     assert raw["coordinator"] == MUTANT and raw["property"] == "finite_delay" and len(raw["steps"]) == 5
-    # replay: still fails against the mutant (exit 1) ...
+    # re-run (--replay): still fails against the mutant (exit 1) ...
     assert main(["check", "--replay", str(saved)]) == 1
     out = capsys.readouterr().out
     assert "VIOLATES finite_delay" in out and "REPRODUCED" in out
@@ -57,7 +58,7 @@ def test_failing_mutant_exits_1_and_replays(tmp_path: Path, capsys: pytest.Captu
     assert "rejected INVALID_DELAY" in out and "not reproduced" in out
 
 
-def test_liveness_counterexample_replays(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_liveness_counterexample_reruns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["check", "--coordinator", "tests.mutants.plausible:SilentAfterFailedSubmit",
                  "--order", "source-first", "--cex-dir", str(tmp_path)])
     assert code == 1
