@@ -1,7 +1,7 @@
 """KV-router fidelity: dmocker's ``--router kv`` against the reference's ``kv_router`` replay.
 
-    python bench/router_fidelity.py --reference /work/refvenv/bin/python \
-        --trace /work/shared/traces/conversation_trace.jsonl [--requests 3000] [--runs 3] \
+    python bench/router_fidelity.py --reference REFVENV/bin/python \
+        --trace conversation_trace.jsonl [--requests 3000] [--runs 3] \
         [--engines vllm,sglang] [--clusters 2x2,4x2] [--bandwidths 0,10]
 
 For every case (engine x cluster size x transfer delay) it replays the same trace once with
@@ -11,7 +11,7 @@ results vary run to run), then prints mean/p99 TTFT, mean ITL, mean E2E, output 
 from the mean.  ``ok`` = within 5% of the reference's mean or inside its [min, max] range
 widened by 5%.  SGLang runs with block size 64 (its default block 1 makes the pools tiny).
 With ``--bandwidths`` a value > 0 adds a KV transfer delay (GB/s, 131072 bytes per token).
-``--synthetic N`` replays the issue's seeded synthetic workload (as a Mooncake trace) instead.
+``--synthetic N`` replays replay_bench.py's seeded synthetic workload (as a Mooncake trace) instead.
 Each replay runs in a fresh subprocess; the reference is imported only in its own child.
 """
 
@@ -121,7 +121,7 @@ def _head(src: str, n: int | None, dst: str) -> str:
 def _synthetic_trace(n: int, seed: int, path: str) -> str:
     sys.path.insert(0, ROOT)
     sys.path.insert(0, HERE)
-    import replay_bench  # the issue's synthetic workload, written as a Mooncake trace
+    import replay_bench  # its synthetic workload, written as a Mooncake trace
 
     ns = argparse.Namespace(requests=n, seed=seed, prefix_ratio=0.5)
     replay_bench.write_trace(ns, path)
