@@ -112,10 +112,11 @@ def child_reference(args: argparse.Namespace) -> None:
 def write_trace(args: argparse.Namespace, path: str) -> None:
     """The synthetic workload as a Mooncake trace (integer-ms timestamps) for both replays."""
     sys.path.insert(0, ROOT)
+    from dmocker._atomic import AtomicFile
     from dmocker.replay.workload import NO_NEXT, SyntheticSpec, SyntheticWorkload
 
     w = SyntheticWorkload(SyntheticSpec(**_spec_kwargs(args)))  # type: ignore[arg-type]
-    with open(path, "w") as fh:
+    with AtomicFile(path) as fh:
         for start in w.session_starts():
             rid = start.request_id
             turn = w.load(rid)

@@ -24,6 +24,7 @@ from dmocker.handoff._spec import (
     SpecError,
     Transition,
     default_spec_path,
+    derived,
     load_spec,
     success_outcomes,
 )
@@ -124,6 +125,7 @@ __all__ = [
     "build_chart",
     "compile_table",
     "default_spec_path",
+    "derived",
     "fair_environment",
     "load_spec",
     "order_for_engine",

@@ -17,7 +17,7 @@ import math
 from typing import Callable, Final, Hashable, Mapping
 
 from dmocker.handoff._registry import ACTION_CLASSES, FACT_CLASSES
-from dmocker.handoff._spec import ProtocolSpec, load_spec
+from dmocker.handoff._spec import ProtocolSpec, derived, load_spec
 from dmocker.handoff._table import (
     STEP_TAG,
     CompiledTable,
@@ -148,9 +148,6 @@ class _Compiled:
         )
 
 
-_COMPILED: dict[tuple[int, HandoffOrder], _Compiled] = {}
-
-
 _DEFAULT: dict[HandoffOrder, _Compiled] = {}
 
 
@@ -178,12 +175,8 @@ def _lookup_compiled(spec: ProtocolSpec | None, order: HandoffOrder) -> _Compile
         if found is None:
             found = _DEFAULT[order] = _lookup_compiled(load_spec(), order)
         return found
-    key = (id(spec), order)
-    found = _COMPILED.get(key)
-    if found is None:
-        found = _Compiled(spec, order)
-        _COMPILED[key] = found
-    return found
+    the_spec = spec
+    return derived(the_spec, ("coordinator", order), lambda: _Compiled(the_spec, order))
 
 
 class HandoffCoordinator:
