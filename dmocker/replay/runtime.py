@@ -26,7 +26,7 @@ from __future__ import annotations
 import enum
 import heapq
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO, Final, cast
 
@@ -71,7 +71,8 @@ from dmocker.engines.interface import (
 from .collector import Collector, TerminalStatus
 from .events import DeadEndError, EventKind, EventQueue, ReplayInvariantError
 from .report import request_uuid, stable_json_line
-from .routing import RoundRobin, Router
+from .routing import RoundRobin, Router, RouterError
+from .routing.protocol import Admission
 from .workload import AdmissionQueue, ReadyTurn, Turn
 
 __all__ = ["Phase", "Stage", "DisaggRuntime", "RuntimeResult", "CoordinatorFactory"]
@@ -244,6 +245,19 @@ class DisaggRuntime:
             list(range(len(decode_workers))),
         )
         self._routers: tuple[Router, Router] = (prefill_router or RoundRobin(), decode_router or RoundRobin())
+        # ---- routing hook (dmocker.replay.routing): requests a router holds in its queue, the
+        # overlap each routed request saw (records), and whether the routers need the signals
+        # round robin ignores (prefill completion, KV events).
+        self._held: tuple[dict[int, _Queued], dict[int, _Queued]] = ({}, {})
+        self._route_signals = not all(type(r) is RoundRobin for r in self._routers)
+        self._kv_feed = self._routers[0].wants_kv_events
+        self._route_overlap: tuple[dict[int, int], dict[int, int]] | None = (
+            ({}, {}) if self._route_signals else None
+        )
+        self._pool_reuse = [0, 0, 0]  # completed: prefill reused, decode reused, input tokens
+        for stage, pool in enumerate(self._workers):
+            for idx in range(len(pool)):
+                self._routers[stage].add_worker(idx, 0.0)
         self._order = order
         self._block_size = prefill_args.page_tokens
         self._trace_block = admission_block_size(admission)
@@ -403,6 +417,8 @@ class DisaggRuntime:
             and not self._pending
             and not self._waiting[0]
             and not self._waiting[1]
+            and not self._held[0]
+            and not self._held[1]
             and self._admission.is_drained()
         )
 
@@ -528,6 +544,8 @@ class DisaggRuntime:
                 progress = changed = True
                 if plan.admissions:
                     self._on_pass_start(stage, plan)
+                if plan.pass_start_kv_events and self._kv_feed and stage == _P:
+                    self._routers[_P].on_kv_events(idx, plan.pass_start_kv_events, now)
                 if plan.end_ms <= now:
                     completion = w.finish_pass()
                     dirty[idx] = True
@@ -573,6 +591,8 @@ class DisaggRuntime:
         now = self.now_ms
         if stage == Stage.PREFILL:
             self._source_output_tokens += int(done.emitted.shape[0])
+            if self._route_signals:
+                self._prefill_pass_routing(done, idx)
             for rid in done.rejected:
                 req = live.get(rid)
                 if req is None:
@@ -595,7 +615,7 @@ class DisaggRuntime:
                 continue
             if self.collector.on_terminal(rid, TerminalStatus.COMPLETED, now):
                 req.terminal_ms = now
-            self._routers[_D].on_request_done(rid)
+            self._free_route(_D, rid)
             req.routed &= 1
             self._finish_logical(req, remove_actions=False)
         for rid in done.rejected:
@@ -604,6 +624,7 @@ class DisaggRuntime:
                 continue
             if self.collector.on_terminal(rid, TerminalStatus.REJECTED, now):
                 req.terminal_ms = now
+            self._free_route(_D, rid)
             self._finish_logical(req, remove_actions=False)
         if done.lifecycle:
             self._lifecycle(done.lifecycle)
@@ -687,6 +708,8 @@ class DisaggRuntime:
         if self._acquire_hooks:
             self._acquire_hooks.pop(req.rid, None)
         del self._live[req.rid]
+        if self._route_overlap is not None:
+            self._route_retired(req)
         if self._records is not None:
             self._write_record(req)
         if self._on_retired is not None:
@@ -727,6 +750,7 @@ class DisaggRuntime:
         self._workers[stage][idx] = replacement
         self._dirty[stage][idx] = False
         self._wake_deferred(stage, idx)
+        self.route_topology_changed(stage, idx, added=False)
         out: list[int] = []
         for rid in sorted(self._live):
             r = self._live[rid]
@@ -743,6 +767,7 @@ class DisaggRuntime:
             active.append(idx)
             active.sort()
         self._dirty[stage][idx] = True
+        self.route_topology_changed(stage, idx, added=True)
         parked = self._waiting[stage]
         if parked:
             self._pending.extend(parked)
@@ -788,11 +813,11 @@ class DisaggRuntime:
         return sum(bin(r.routed).count("1") for r in self._live.values())
 
     def _release_routes(self, req: _Req) -> None:
-        if req.routed & 1:
-            self._routers[_P].on_request_done(req.rid)
-        if req.routed & 2:
-            self._routers[_D].on_request_done(req.rid)
-        req.routed = 0
+        routed, req.routed = req.routed, 0
+        if routed & 1:
+            self._free_route(_P, req.rid)
+        if routed & 2:
+            self._free_route(_D, req.rid)
 
     # ------------------------------------------------------------------ coordinator I/O
 
@@ -879,6 +904,7 @@ class DisaggRuntime:
 
         keep(self._pending)
         for stage in (0, 1):
+            self._held[stage].pop(req.rid, None)
             keep(self._waiting[stage])
             d = self._deferred[stage]
             for key in sorted(d):
@@ -908,10 +934,23 @@ class DisaggRuntime:
                 self._ack(req, issued, Outcome(_K_FAILED, f"no {_STAGES[stage].name.lower()} worker left"))
                 return True
             return self._park(req, issued, _STAGES[stage])
-        phase, expected, ok, what = _ACQUIRE[stage]
-        req.phase = phase
-        idx = self._routers[stage].pick(req.rid, active)
+        req.phase = _ACQUIRE[stage][0]
+        idx = self._routers[stage].route(req.engine_request, self.now_ms)
         req.routed |= stage + 1
+        if idx is None:  # held in the router's queue until a notification releases it
+            self._held[stage][req.rid] = (req, issued)
+            req.queued += 1
+            return False
+        return self._dispatch(req, issued, stage, idx)
+
+    def _dispatch(self, req: _Req, issued: IssuedAction, stage: int, idx: int) -> bool:
+        """Apply a routed SubmitPrefill / ReserveDestination on worker ``idx`` and acknowledge it."""
+        if type(idx) is not int or idx not in self._active[stage]:
+            raise RouterError(
+                f"router of the {_STAGES[stage].name.lower()} pool returned worker {idx!r} for request "
+                f"{req.rid}, not one of the pool's workers {self._active[stage]}"
+            )
+        _, expected, ok, what = _ACQUIRE[stage]
         self._dirty[stage][idx] = True
         worker = self._workers[stage][idx]
         try:
@@ -926,8 +965,12 @@ class DisaggRuntime:
             raise ReplayInvariantError(f"{what} of request {req.rid} returned {effects.result.value}")
         if stage == _P:
             req.prefill_worker = idx
+            if self._kv_feed and effects.kv_events:
+                self._routers[_P].on_kv_events(idx, effects.kv_events, self.now_ms)
         else:
             req.decode_worker = idx
+        if self._route_overlap is not None:
+            self._route_overlap[stage][req.rid] = self._routers[stage].overlap_tokens(req.rid)
         self._ack_ok(req, issued, ok)
         if effects.lifecycle:
             self._lifecycle(effects.lifecycle)
@@ -974,12 +1017,14 @@ class DisaggRuntime:
 
     def _cancel_source(self, req: _Req, issued: IssuedAction) -> bool:
         if req.prefill_worker < 0:
+            self._unhold(_P, req)
             self._ack_ok(req, issued, _K_NOOP)
             return True
         return self._cleanup(req, issued, _PREFILL, req.prefill_worker, CancelSource)
 
     def _cancel_destination(self, req: _Req, issued: IssuedAction) -> bool:
         if req.decode_worker < 0:
+            self._unhold(_D, req)
             self._ack_ok(req, issued, _K_NOOP)
             return True
         return self._cleanup(req, issued, _DECODE, req.decode_worker, CancelDestination)
@@ -1023,6 +1068,8 @@ class DisaggRuntime:
             self._ack_ok(req, issued, _K_NOOP)
         else:
             raise ReplayInvariantError(f"{cls.__name__} for request {req.rid} returned {result.value}")
+        if self._kv_feed and stage == _P and effects.kv_events:
+            self._routers[_P].on_kv_events(idx, effects.kv_events, self.now_ms)
         if effects.lifecycle:
             self._lifecycle(effects.lifecycle)
         return True
@@ -1030,10 +1077,13 @@ class DisaggRuntime:
     def _complete(self, req: _Req) -> None:
         completion = req.coord.completion
         if completion is _SUCCESS:
-            self._routers[_P].on_request_done(req.rid)
+            self._free_route(_P, req.rid)
             req.routed &= 2
             self._retire(req)
         elif completion is _CANCELED:
+            if self._route_signals:  # cancellation frees (or unqueues) both routes
+                self._free_route(_P, req.rid)
+                self._free_route(_D, req.rid)
             if self.collector.on_terminal(req.rid, TerminalStatus.CANCELED, self.now_ms):
                 req.terminal_ms = self.now_ms
             if req.counted:
@@ -1043,6 +1093,79 @@ class DisaggRuntime:
                 self._retire(req)
         else:
             raise ReplayInvariantError(f"request {req.rid}: Complete without a completion")
+
+    # ------------------------------------------------------------------ routing hook
+
+    def _free_route(self, stage: int, rid: int) -> None:
+        released = self._routers[stage].on_free(rid, self.now_ms)
+        if released:
+            self._admit(stage, released)
+
+    def _unhold(self, stage: int, req: _Req) -> None:
+        """A request still held by its router is canceled: drop it from the router's queue."""
+        if self._held[stage].pop(req.rid, None) is not None:
+            req.queued -= 1
+            self._free_route(stage, req.rid)
+
+    def _admit(self, stage: int, released: Sequence[Admission]) -> None:
+        """Dispatch the requests a router released from its queue, in its order."""
+        held = self._held[stage]
+        for rid, idx in released:
+            item = held.pop(rid, None)
+            if item is None:
+                raise RouterError(
+                    f"router of the {_STAGES[stage].name.lower()} pool released request {rid}, "
+                    "which it does not hold"
+                )
+            req, issued = item
+            req.queued -= 1
+            self._dispatch(req, issued, stage, idx)
+
+    def route_topology_changed(self, stage: int, worker: int, *, added: bool) -> None:
+        """Tell a pool's router that ``worker`` joined (``added``) or left it; dispatch what it releases.
+
+        For scaling (a planner): call after updating the pool's active worker list.
+        """
+        router = self._routers[stage]
+        if added:
+            released = router.add_worker(worker, self.now_ms)
+        else:
+            released = router.remove_worker(worker, self.now_ms)
+        if released:
+            self._admit(stage, released)
+
+    def _prefill_pass_routing(self, done: PassCompletion, idx: int) -> None:
+        """Prefill pass end: KV events (SGLang's become visible here), then prefill completions."""
+        router = self._routers[_P]
+        now = self.now_ms
+        if self._kv_feed and done.kv_events:
+            router.on_kv_events(idx, done.kv_events, now)
+        rejected = done.rejected
+        for rid in done.emitted.tolist():
+            if rid in rejected:
+                continue
+            released = router.on_prefill_complete(rid, now)
+            if released:
+                self._admit(_P, released)
+
+    def _route_retired(self, req: _Req) -> None:
+        rid = req.rid
+        if self._records is None and self._route_overlap is not None:  # nobody will read them
+            self._route_overlap[_P].pop(rid, None)
+            self._route_overlap[_D].pop(rid, None)
+        if TerminalStatus(int(self.collector.status[rid])) is TerminalStatus.COMPLETED:
+            reuse = self._pool_reuse
+            reuse[0] += req.prefill_reused or 0
+            reuse[1] += req.decode_reused or 0
+            reuse[2] += req.turn.input_length
+
+    def routing_summary(self) -> dict[str, float]:
+        """Prefix reuse per pool over completed requests (routers other than round robin)."""
+        p, d, total = self._pool_reuse
+        return {
+            "prefill_prefix_cache_reused_ratio": p / total if total else 0.0,
+            "decode_prefix_cache_reused_ratio": d / total if total else 0.0,
+        }
 
     # ------------------------------------------------------------------ records
 
@@ -1087,6 +1210,9 @@ class DisaggRuntime:
             "decode_reused_input_tokens": req.decode_reused,
             "terminal_status": status.label,
         }
+        if self._route_overlap is not None:  # routed by something other than round robin
+            rec["prefill_route_overlap_tokens"] = self._route_overlap[_P].pop(rid, 0)
+            rec["decode_route_overlap_tokens"] = self._route_overlap[_D].pop(rid, 0)
         out.write(stable_json_line(rec))
 
 
