@@ -9,6 +9,7 @@ from .._accel import accelerated
 from .api import DEFAULT_SYNTHETIC, run
 from .collector import TerminalStatus
 from .events import DeadEndError, ReplayInvariantError
+from .planner import PlannerError, PlannerMetrics, ScalingDecision
 from .report import Report, SlaThresholds
 from .workload import MooncakeTrace, SyntheticSpec, SyntheticWorkload, WorkloadError
 
@@ -16,8 +17,11 @@ __all__ = [
     "DEFAULT_SYNTHETIC",
     "DeadEndError",
     "MooncakeTrace",
+    "PlannerError",
+    "PlannerMetrics",
     "ReplayInvariantError",
     "Report",
+    "ScalingDecision",
     "SlaThresholds",
     "SyntheticSpec",
     "SyntheticWorkload",

@@ -26,7 +26,7 @@ import heapq
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, Final
+from typing import IO, TYPE_CHECKING, Final
 
 from dmocker.handoff import (
     ActivateDestination,
@@ -73,6 +73,9 @@ from .report import request_uuid, stable_json_line
 from .routing import RoundRobin, Router
 from .workload import AdmissionQueue, ReadyTurn, Turn
 
+if TYPE_CHECKING:
+    from .planner.loop import PlannerLoop
+
 __all__ = ["Phase", "Stage", "DisaggRuntime", "RuntimeResult"]
 
 
@@ -107,6 +110,7 @@ _STAGES: Final = (Stage.PREFILL, Stage.DECODE)
 _PASS: Final = int(EventKind.PASS_COMPLETION)
 _TRANSFER: Final = int(EventKind.TRANSFER_COMPLETE)
 _INJECTED: Final = int(EventKind.INJECTED_FACT)
+_READY: Final = int(EventKind.WORKER_READY)
 _INJECT_KINDS: Final = (Canceled, Failed, TimedOut)
 _INJECT_CODES: Final[dict[type, int]] = {cls: i for i, cls in enumerate(_INJECT_KINDS)}
 
@@ -221,6 +225,7 @@ class DisaggRuntime:
         prefill_router: Router | None = None,
         decode_router: Router | None = None,
         fallback_transfer_delay_ms: float = 0.0,
+        planner: PlannerLoop | None = None,
     ) -> None:
         self.now_ms = 0.0
         self._admission = admission
@@ -229,6 +234,8 @@ class DisaggRuntime:
             list(range(len(prefill_workers))),
             list(range(len(decode_workers))),
         )
+        # Workers that run passes: the routable ones (_active) plus, with a planner, draining ones.
+        self._serving: tuple[list[int], list[int]] = self._active
         self._routers: tuple[Router, Router] = (prefill_router or RoundRobin(), decode_router or RoundRobin())
         self._order = order
         self._block_size = prefill_args.page_tokens
@@ -258,6 +265,12 @@ class DisaggRuntime:
             [True] * len(decode_workers),
         )
         self._spec = load_spec()
+        # Planner ticks and WorkerReady events are "idle" events: they keep no run alive.
+        self._idle_events = 0
+        self._planner = planner
+        if planner is not None:
+            self._serving = (list(self._active[0]), list(self._active[1]))
+            planner.attach(self)
         self._hash_cache: dict[int, tuple[int, ...]] = {}
         admission.set_prefetch(self._prefetch_hashes)
         if events is not None:
@@ -267,6 +280,8 @@ class DisaggRuntime:
 
     def run(self) -> RuntimeResult:
         capped = False
+        if self._planner is not None:
+            self._planner.start()
         self._drain()
         heap = self._events.raw
         next_ready = self._admission.next_ready_time
@@ -284,8 +299,11 @@ class DisaggRuntime:
                 raise ReplayInvariantError(f"clock would move backwards: {t} < {self.now_ms}")
             self.now_ms = t
             self._drain()
-        n_p, n_d = len(self._workers[0]), len(self._workers[1])
-        self.collector.add_worker_seconds(n_p * self.now_ms / 1000.0, n_d * self.now_ms / 1000.0)
+        if self._planner is None:
+            n_p, n_d = len(self._workers[0]), len(self._workers[1])
+            self.collector.add_worker_seconds(n_p * self.now_ms / 1000.0, n_d * self.now_ms / 1000.0)
+        else:
+            self.collector.add_worker_seconds(*self._planner.worker_seconds(self.now_ms))
         return RuntimeResult(self.now_ms, capped, self._stale_pruned)
 
     def inject(self, t_ms: float, request_id: int, kind: type[Canceled] | type[Failed] | type[TimedOut]) -> None:
@@ -347,6 +365,8 @@ class DisaggRuntime:
                 if heap and heap[0][0] == now:
                     if heap[0][1] == _PASS:
                         changed = self._apply_pass_completions() or changed
+                    if heap and heap[0][0] == now and heap[0][1] == _READY and self._planner is not None:
+                        changed = self._planner.apply_ready(now) or changed
                     if heap and heap[0][0] == now and heap[0][1] == _TRANSFER:
                         changed = self._apply_transfer_completions() or changed
                     if heap and heap[0][0] == now and heap[0][1] == _INJECTED:
@@ -359,6 +379,8 @@ class DisaggRuntime:
                 changed = self._drive_pool(Stage.PREFILL) or changed
             if True in dirty_d:
                 changed = self._drive_pool(Stage.DECODE) or changed
+            if self._planner is not None:  # drained-worker removal, then ticks: last, as the reference
+                changed = self._planner.after_sweep(now) or changed
             if not changed:
                 return
             # Skip the confirming sweep when it provably finds nothing to do: every phase
@@ -379,7 +401,7 @@ class DisaggRuntime:
         return (
             self._in_flight == 0
             and not self._live
-            and len(self._events) == 0
+            and len(self._events) == self._idle_events
             and not self._pending
             and not self._waiting[0]
             and not self._waiting[1]
@@ -495,7 +517,7 @@ class DisaggRuntime:
         progress = True
         while progress:
             progress = False
-            for idx in self._active[stage]:
+            for idx in self._serving[stage]:
                 if not dirty[idx]:
                     continue
                 dirty[idx] = False
@@ -506,6 +528,8 @@ class DisaggRuntime:
                 if plan is None:
                     continue
                 progress = changed = True
+                if self._planner is not None:
+                    self._planner.on_pass(stage, idx, plan)
                 if plan.admissions:
                     self._on_pass_start(stage, plan)
                 if plan.end_ms <= now:
@@ -534,6 +558,8 @@ class DisaggRuntime:
                 if req.prefill_admit_ms is None:
                     req.prefill_admit_ms = now
                     req.prefill_reused = adm.reused_input_tokens
+                    if self._planner is not None:
+                        self._planner.on_prefill_admit(req.rid, adm.reused_input_tokens, req.turn.input_length)
                 if req.phase is Phase.QUEUED_PREFILL:
                     req.phase = Phase.RUNNING_PREFILL
             else:
@@ -575,6 +601,8 @@ class DisaggRuntime:
                 continue
             if self.collector.on_terminal(rid, TerminalStatus.COMPLETED, now):
                 req.terminal_ms = now
+            if self._planner is not None:
+                self._planner.on_completed(rid, req.arrival_ms, req.turn.input_length, req.turn.output_length)
             self._routers[_D].on_request_done(rid)
             self._finish_logical(req, remove_actions=False)
         for rid in done.rejected:
@@ -599,6 +627,8 @@ class DisaggRuntime:
             elif isinstance(ev, DestinationReserved):
                 if req.destination_reserved_ms is None:
                     req.destination_reserved_ms = self.now_ms
+                    if self._planner is not None:
+                        self._planner.on_decode_reserved(req.rid)
             self._fact(req, ev)
 
     # ------------------------------------------------------------------ arrivals & retirement
@@ -650,6 +680,8 @@ class DisaggRuntime:
         req.counted = False
         req.phase = Phase.CLEANUP_PENDING
         self._in_flight -= 1
+        if self._planner is not None:
+            self._planner.on_request_gone(req.rid)
         if remove_actions:
             self._remove_actions(req)
         self._admission.on_request_terminal(req.rid, self.now_ms)
@@ -666,6 +698,61 @@ class DisaggRuntime:
             self._write_record(req)
         if self._on_retired is not None:
             self._on_retired(req.rid)
+
+    # ------------------------------------------------------------------ planner hook points
+    # Used by dmocker.replay.planner.loop (worker lifecycle) only; nothing here runs without one.
+
+    def add_worker(self, stage: Stage, worker: EngineWorker) -> None:
+        """Append a new worker at the next index (neither routable nor serving yet)."""
+        if worker.worker_idx != len(self._workers[stage]):
+            raise ReplayInvariantError(f"new worker index {worker.worker_idx} is not the next unused one")
+        self._workers[stage].append(worker)
+        self._dirty[stage].append(False)
+
+    def set_routable(self, stage: Stage, idx: int, routable: bool) -> None:
+        """Put a worker in (ready) or take it out of (draining) the pool routing picks from."""
+        _toggle(self._active[stage], idx, routable)
+
+    def set_serving(self, stage: Stage, idx: int, serving: bool) -> None:
+        """Start (ready) or stop (removed) running passes on a worker."""
+        _toggle(self._serving[stage], idx, serving)
+        self._dirty[stage][idx] = serving
+
+    def wake_parked(self, stage: Stage) -> bool:
+        """Retry the actions parked while the pool had no routable worker."""
+        waiting = self._waiting[stage]
+        if not waiting:
+            return False
+        self._pending.extend(waiting)
+        waiting.clear()
+        return True
+
+    def parked_count(self, stage: Stage) -> int:
+        return len(self._waiting[stage])
+
+    def worker(self, stage: Stage, idx: int) -> EngineWorker:
+        return self._workers[stage][idx]
+
+    def worker_removable(self, stage: Stage, idx: int) -> bool:
+        """No pass in flight, nothing queued/running/held/reserved, no deferred command."""
+        w = self._workers[stage][idx]
+        return not w.busy and w.is_drained() and not self._deferred[stage].get(idx)
+
+    def workload_done(self) -> bool:
+        return self._is_done()
+
+    def push_idle_event(self, t_ms: float, kind: EventKind, payload: tuple[int, int]) -> None:
+        """Schedule a planner tick or a WorkerReady (events that keep no run alive)."""
+        self._events.push(t_ms, kind, payload)
+        self._idle_events += 1
+
+    def pop_idle_event(self, now_ms: float, kind: EventKind) -> tuple[int, int] | None:
+        popped, payload = self._events.pop_ready(now_ms, kind)
+        if not popped:
+            return None
+        self._idle_events -= 1
+        assert payload is not None
+        return payload
 
     # ------------------------------------------------------------------ coordinator I/O
 
@@ -819,6 +906,8 @@ class DisaggRuntime:
             req.prefill_worker = idx
         else:
             req.decode_worker = idx
+        if self._planner is not None:
+            self._planner.on_routed(stage, req.rid, idx, req.turn.input_length)
         self._ack_ok(req, issued, ok)
         if effects.lifecycle:
             self._lifecycle(effects.lifecycle)
@@ -1003,3 +1092,13 @@ def _executor(issued: IssuedAction) -> _Executor:
 
 def admission_block_size(admission: AdmissionQueue) -> int:
     return admission.trace_block_size
+
+
+def _toggle(members: list[int], idx: int, present: bool) -> None:
+    """Add (kept sorted) or remove ``idx`` in a worker-index list."""
+    if present:
+        if idx not in members:
+            members.append(idx)
+            members.sort()
+    elif idx in members:
+        members.remove(idx)
