@@ -379,8 +379,9 @@ class DisaggRuntime:
                 changed = self._drive_pool(Stage.PREFILL) or changed
             if True in dirty_d:
                 changed = self._drive_pool(Stage.DECODE) or changed
-            if self._planner is not None:  # drained-worker removal, then ticks: last, as the reference
-                changed = self._planner.after_sweep(now) or changed
+            if self._planner is not None and self._planner.after_sweep(now):
+                # Drained workers removed, then ticks (last, as the reference): sweep again.
+                continue
             if not changed:
                 return
             # Skip the confirming sweep when it provably finds nothing to do: every phase
