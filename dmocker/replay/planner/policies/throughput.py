@@ -5,8 +5,10 @@ window that just ended (``ai-dynamo/dynamo``
 ``components/src/dynamo/planner/core/throughput_scaling.py``):
 
 * prefill = ``ceil(rate / prefill_rps)``, with ``prefill_rps`` one worker's capacity at the
-  observed ISL minus the KV hit rate (:func:`prefill_capacity`); raised to
-  ``ceil(current x observed_ttft / ttft_target)`` when the window's mean TTFT missed the target;
+  observed ISL minus the KV hit rate (:func:`prefill_capacity`), and at least
+  ``ceil(current x observed_ttft / ttft_target)`` (the window's mean TTFT): raised when TTFT
+  missed the target, and never dropped below the count that keeps it proportionally within
+  target (the model alone sees no queueing, so bursty traffic would make it oscillate);
 * decode = ``ceil(rate / decode_rps)`` at the observed context ``isl + osl / 2``
   (:func:`decode_capacity`);
 * each bounded to +-``max_replica_delta`` of the current count, floored at ``min_endpoint``,
@@ -57,8 +59,11 @@ class ThroughputPlanner:
         else:
             rate = t.request_rate
             num_p = math.ceil(rate / cap_p.rps)
-            if t.ttft_samples and t.avg_ttft_ms > s.sla_ttft_ms:
-                num_p = max(num_p, math.ceil(cur_p * t.avg_ttft_ms / s.sla_ttft_ms))
+            if t.ttft_samples and cur_p > 0:
+                # TTFT feedback: scale the current count by observed / target TTFT (round up).
+                # Over target this raises prefill; under it, it bounds how far prefill may
+                # drop, so a pool that just met the target is not halved at once.
+                num_p = max(num_p, math.ceil(cur_p * t.avg_ttft_ms / s.sla_ttft_ms - 1e-9))
             num_d = math.ceil(rate / cap_d.rps)
             num_p = min(max(num_p, cur_p - s.max_replica_delta), cur_p + s.max_replica_delta)
             num_d = min(max(num_d, cur_d - s.max_replica_delta), cur_d + s.max_replica_delta)
