@@ -141,6 +141,8 @@ class PlannerLoop:
         self._queued: tuple[dict[int, tuple[int, int]], dict[int, tuple[int, int]]] = ({}, {})
         self.ticks = 0
         self.decisions: list[dict[str, JsonValue]] = []
+        # False once no tick is scheduled any more: observations stop (nothing would read them).
+        self._observing = False
 
     # ------------------------------------------------------------------ runtime side
 
@@ -157,6 +159,7 @@ class PlannerLoop:
         rt = self._runtime()
         if self._first_tick is not None:
             rt.push_idle_event(max(self._first_tick, rt.now_ms), EventKind.PLANNER_TICK, (0, 0))
+            self._observing = True
 
     def apply_ready(self, now_ms: float) -> bool:
         """WorkerReady events due now: the worker becomes routable and runs passes."""
@@ -191,19 +194,21 @@ class PlannerLoop:
         self._last_pass[stage][idx] = plan
 
     def on_routed(self, stage: int, rid: int, idx: int, tokens: int) -> None:
-        self._queued[stage][rid] = (idx, tokens)
+        if self._observing:
+            self._queued[stage][rid] = (idx, tokens)
 
     def on_decode_reserved(self, rid: int) -> None:
         self._queued[1].pop(rid, None)
 
     def on_prefill_admit(self, rid: int, reused: int, input_length: int) -> None:
         self._queued[0].pop(rid, None)
-        if input_length > 0:
+        if input_length > 0 and self._observing:
             self._traffic.hit_sum += reused / input_length
             self._traffic.hit_n += 1
 
     def on_completed(self, rid: int, arrival_ms: float, input_length: int, output_length: int) -> None:
-        self._traffic.completed.append((rid, arrival_ms, input_length, output_length))
+        if self._observing:
+            self._traffic.completed.append((rid, arrival_ms, input_length, output_length))
 
     def on_request_gone(self, rid: int) -> None:
         self._queued[0].pop(rid, None)
@@ -246,6 +251,10 @@ class PlannerLoop:
         if rearmed:
             assert nxt is not None
             rt.push_idle_event(float(nxt), EventKind.PLANNER_TICK, (0, 0))
+        else:
+            self._observing = False
+            self._queued[0].clear()
+            self._queued[1].clear()
         self.decisions.append({
             "tick": tick,
             "t_ms": now_ms,
