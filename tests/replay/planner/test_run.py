@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from dmocker.cli.conform import main as conform_main
-from dmocker.replay import PlannerError, run
+from dmocker.replay import PlannerError, PlannerMetrics, ScalingDecision, run
 
 from . import sample_planners as sp
 
@@ -44,6 +44,33 @@ def test_scaling_run_is_deterministic_complete_and_its_event_log_conforms(
     assert json.loads(rep.to_json())["planner"]["decisions"][0]["prefill_target"] == 3
     assert rep.config["planner"] == f"{M}:Stepper"
     assert conform_main([str(tmp_path / "ev0.jsonl")]) == 0, capsys.readouterr().out
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.seen: list[PlannerMetrics] = []
+
+    def initial_tick_ms(self) -> float:
+        return 250.0
+
+    def on_tick(self, metrics: PlannerMetrics) -> ScalingDecision:
+        self.seen.append(metrics)
+        return ScalingDecision(next_tick_ms=metrics.now_ms + 250.0)
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_worker_snapshots_read_the_mock_engines(engine: str) -> None:
+    rec = _Recorder()
+    run(**SMALL, engine=engine, planner=rec)  # type: ignore[arg-type]
+    snaps = [(m.prefill.workers, m.decode.workers) for m in rec.seen]
+    prefill = [w for p, _ in snaps for w in p]
+    decode = [w for _, d in snaps for w in d]
+    assert any(w.last_pass_prefill_tokens > 0 for w in prefill)
+    assert any(w.last_pass_decode_tokens > 0 and w.running_requests > 0 for w in decode)
+    assert any(0.0 < w.kv_usage <= 1.0 and w.kv_total_blocks > 0 for w in decode)
+    assert all(w.last_pass_ms is None or w.last_pass_ms >= 0.0 for w in prefill + decode)
+    assert sum(m.traffic.num_req for m in rec.seen) <= 120
+    assert any(m.traffic.avg_kv_hit_rate > 0.0 for m in rec.seen)  # synthetic prefix groups
 
 
 def test_without_a_planner_the_report_has_no_planner_section() -> None:

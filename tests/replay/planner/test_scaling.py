@@ -175,3 +175,12 @@ def test_metrics_snapshot_and_traffic_window(tmp_path: Path) -> None:
         m0.now_ms = 5.0  # type: ignore[misc]
     assert len(planner.seen) == 1  # the run finished before the second tick
     assert run.report["decisions"][0]["completed_in_window"] == 4
+
+
+def test_queued_prompt_tokens_count_routed_requests_not_yet_admitted(tmp_path: Path) -> None:
+    # Request 0 prefills 0..10 ms; requests 1 and 2 arrive at 5 ms and queue behind it.
+    planner = Scripted([(5.0, None, None), (12.0, None, None)])
+    planner_run(planner, trace(tmp_path / "t.jsonl", [0.0, 5.0, 5.0]))
+    first, second = planner.seen
+    assert first.prefill.workers[0].queued_tokens == 1200
+    assert second.prefill.workers[0].queued_tokens == 0  # admitted at 10 ms
