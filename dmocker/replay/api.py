@@ -16,12 +16,13 @@ import time
 from collections.abc import Callable
 from typing import IO
 
+from dmocker._atomic import AtomicFile
 from dmocker.handoff import HandoffOrder, TransferTimingMode, order_for_engine
 from dmocker.engines.interface import Backend, EngineArgs, EngineWorker, WorkerType, make_worker
 
 from .collector import Collector
 from .planner.wiring import PlannerOptions, build_planner_loop
-from .report import AtomicWriter, JsonValue, Report, SlaThresholds, build_summary
+from .report import JsonValue, Report, SlaThresholds, build_summary
 from .runtime import DisaggRuntime
 from .workload import AdmissionQueue, MooncakeTrace, SyntheticSpec, SyntheticWorkload, Workload, WorkloadError
 
@@ -290,8 +291,8 @@ def run(
     )
     if planner_opts is not None:
         config.update(planner_opts.config_json())
-    records_w = AtomicWriter(per_request) if per_request is not None else None
-    events_w = AtomicWriter(events) if events is not None else None
+    records_w = AtomicFile(per_request) if per_request is not None else None
+    events_w = AtomicFile(events) if events is not None else None
     bar = _progress_bar(workload.num_requests) if progress else None
 
     def retired(rid: int) -> None:
@@ -344,13 +345,13 @@ def run(
 
 
 class _WriterIO:
-    """The slice of ``IO[str]`` the runtime uses, over an AtomicWriter."""
+    """The slice of ``IO[str]`` the runtime uses, over an AtomicFile."""
 
-    def __init__(self, w: AtomicWriter) -> None:
+    def __init__(self, w: AtomicFile) -> None:
         self.write = w.write
 
 
-def _as_io(w: AtomicWriter | None) -> IO[str] | None:
+def _as_io(w: AtomicFile | None) -> IO[str] | None:
     return None if w is None else _WriterIO(w)  # type: ignore[return-value]
 
 
