@@ -722,6 +722,13 @@ class DisaggRuntime:
         _toggle(self._serving[stage], idx, serving)
         self._dirty[stage][idx] = serving
 
+    def route_topology_changed(self, stage: int, worker: int, *, added: bool) -> None:
+        """Tell a pool's router that ``worker`` joined (``added``) or left its routing.
+
+        Round robin reads the routable list at each pick, so it needs no notification.
+        """
+        return None
+
     def wake_parked(self, stage: Stage) -> bool:
         """Retry the actions parked while the pool had no routable worker."""
         waiting = self._waiting[stage]

@@ -326,14 +326,13 @@ class PlannerLoop:
                     changed = True
         return changed
 
-    # Router topology notifications.  The round-robin router reads the routable list the
-    # runtime hands it at each pick, so it needs none; a stateful router (queue, KV index)
-    # gets its worker add/remove calls here.
+    # Router topology notifications, sent after the routable list changed (a stateful router
+    # -- queue, KV index -- may release queued requests to the new worker).
     def _notify_router_added(self, stage: Stage, idx: int) -> None:
-        return None
+        self._runtime().route_topology_changed(stage, idx, added=True)
 
     def _notify_router_removed(self, stage: Stage, idx: int) -> None:
-        return None
+        self._runtime().route_topology_changed(stage, idx, added=False)
 
     # ------------------------------------------------------------------ report
 
