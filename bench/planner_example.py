@@ -11,7 +11,8 @@ On the Mooncake conversation trace (vLLM mock, round robin), it runs
 and prints GPU-hours, mean and p99 TTFT side by side.  Each replay runs in its own process
 (two at a time).
 
-    python bench/planner_example.py                       # TARGET 1000 ms
+    python bench/planner_example.py                       # TARGET 1000 ms; the trace is
+                                                          # $DMOCKER_MOONCAKE_TRACES/conversation_trace.jsonl
     python bench/planner_example.py --sla-ttft-ms 800 --startup-time-s 60
 """
 
@@ -24,7 +25,8 @@ from concurrent.futures import ProcessPoolExecutor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-TRACE = "/work/shared/traces/conversation_trace.jsonl"
+# The Mooncake conversation trace, in the folder DMOCKER_MOONCAKE_TRACES names (default ./traces).
+TRACE = os.path.join(os.environ.get("DMOCKER_MOONCAKE_TRACES", "traces"), "conversation_trace.jsonl")
 KEYS = ("gpu_hours", "mean_ttft_ms", "p99_ttft_ms", "completed_requests", "prefill_worker_seconds",
         "decode_worker_seconds")
 
@@ -69,7 +71,7 @@ def main() -> None:
                 static = ok[0]
                 break
         tp = planned.result()
-    print(f"trace: {args.trace}; TTFT target {target:g} ms (mean); throughput planner from 2P+2D, "
+    print(f"trace: {os.path.basename(args.trace)}; TTFT target {target:g} ms (mean); throughput planner from 2P+2D, "
           f"startup {args.startup_time_s:g} s")
     print(f"{'cluster':<28}{'GPU-h':>8}{'mean TTFT':>11}{'p99 TTFT':>11}{'done':>7}")
     for label, r in [*rows, ("throughput planner", tp)]:

@@ -6,6 +6,7 @@ interval, scales).  Each run is a fresh subprocess; the number reported is its C
 (user + system), which a machine shared with other jobs disturbs far less than wall time.
 
     python bench/planner_speed.py                          # Mooncake conversation trace
+                                                           # (in $DMOCKER_MOONCAKE_TRACES)
     python bench/planner_speed.py --synthetic 20000        # seeded synthetic workload
     python bench/planner_speed.py --repeat 3               # best of 3 per variant
 """
@@ -20,7 +21,8 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-TRACE = "/work/shared/traces/conversation_trace.jsonl"
+# The Mooncake conversation trace, in the folder DMOCKER_MOONCAKE_TRACES names (default ./traces).
+TRACE = os.path.join(os.environ.get("DMOCKER_MOONCAKE_TRACES", "traces"), "conversation_trace.jsonl")
 
 
 class Every5s:
@@ -76,7 +78,7 @@ def main() -> None:
             if best is None or out["cpu_s"] < best["cpu_s"]:  # type: ignore[operator]
                 results[variant] = out
     base = float(results["none"]["cpu_s"])  # type: ignore[arg-type]
-    workload = f"synthetic {args.synthetic}" if args.synthetic else args.trace
+    workload = f"synthetic {args.synthetic}" if args.synthetic else os.path.basename(args.trace)
     print(f"workload: {workload}, engine {args.engine}, compiled: {results['none']['accelerated']}, "
           f"best of {args.repeat}")
     print(f"{'variant':<28}{'cpu s':>9}{'ratio':>8}{'ticks':>8}{'completed':>11}")
