@@ -44,6 +44,8 @@ WorkerFactory = Callable[[int, int], EngineWorker]
 """``(stage, index) -> worker``: builds a new worker of the prefill (0) or decode (1) pool."""
 
 _STAGE_NAMES = ("prefill", "decode")
+MAX_POOL_WORKERS = 4096
+"""The largest pool a planner may ask for (a guard against runaway targets, not a model limit)."""
 
 
 def check_initial_tick(planner: object) -> float | None:
@@ -367,8 +369,10 @@ def _stage(stage_i: int) -> Stage:
 def _check_count(name: str, value: object, tick: int, now_ms: float) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise PlannerError(f"{name} must be an integer >= 0 or None, got {value!r}", tick=tick, now_ms=now_ms)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0 or value > MAX_POOL_WORKERS:
+        raise PlannerError(
+            f"{name} must be an integer in 0..{MAX_POOL_WORKERS} or None, got {value!r}", tick=tick, now_ms=now_ms
+        )
     return value
 
 

@@ -34,6 +34,14 @@ class NegativeCount:
         return ScalingDecision(prefill_workers=-1)
 
 
+class HugeCount:
+    def initial_tick_ms(self) -> float:
+        return 100.0
+
+    def on_tick(self, metrics: PlannerMetrics) -> ScalingDecision:
+        return ScalingDecision(decode_workers=10**9)
+
+
 class FloatCount:
     def initial_tick_ms(self) -> float:
         return 100.0

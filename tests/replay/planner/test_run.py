@@ -96,6 +96,7 @@ def test_builtin_policies_run_and_record_their_settings() -> None:
         (sp.RaisesOnSecondTick, ["tick 1", "RuntimeError", "boom"]),
         (sp.NegativeCount, ["tick 0", "prefill_workers", "-1"]),
         (sp.FloatCount, ["tick 0", "decode_workers", "2.0"]),
+        (sp.HugeCount, ["tick 0", "decode_workers", "0..4096"]),
         (sp.NanNextTick, ["tick 0", "next_tick_ms", "nan"]),
     ],
 )
