@@ -107,6 +107,7 @@ _PASS: Final = int(EventKind.PASS_COMPLETION)
 _TRANSFER: Final = int(EventKind.TRANSFER_COMPLETE)
 _INJECTED: Final = int(EventKind.INJECTED_FACT)
 _READY: Final = int(EventKind.WORKER_READY)
+_TICK: Final = int(EventKind.PLANNER_TICK)
 # The spec's terminal facts (the facts inject() may deliver), from the one class registry.
 _INJECT_KINDS: Final = cast(
     "tuple[type[Canceled] | type[Failed] | type[TimedOut], ...]",
@@ -382,7 +383,12 @@ class DisaggRuntime:
                 changed = self._drive_pool(Stage.PREFILL) or changed
             if True in dirty_d:
                 changed = self._drive_pool(Stage.DECODE) or changed
-            if self._planner is not None and self._planner.after_sweep(now):
+            planner = self._planner
+            if (
+                planner is not None
+                and (planner.draining or (heap and heap[0][0] == now and heap[0][1] == _TICK))
+                and planner.after_sweep(now)
+            ):
                 # Drained workers removed, then ticks (last, as the reference): sweep again.
                 continue
             if not changed:

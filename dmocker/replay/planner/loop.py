@@ -145,6 +145,9 @@ class PlannerLoop:
         self.decisions: list[dict[str, JsonValue]] = []
         # False once no tick is scheduled any more: observations stop (nothing would read them).
         self._observing = False
+        # Draining workers, both pools: the runtime calls after_sweep only when this is
+        # non-zero or a tick is due (one sweep check, not a call per sweep).
+        self.draining = 0
 
     # ------------------------------------------------------------------ runtime side
 
@@ -178,7 +181,7 @@ class PlannerLoop:
 
     def after_sweep(self, now_ms: float) -> bool:
         """End of a drain sweep: remove drained workers, then fire the ticks due now."""
-        changed = self._remove_drained(now_ms)
+        changed = self._remove_drained(now_ms) if self.draining else False
         rt = self._runtime()
         while rt.pop_idle_event(now_ms, EventKind.PLANNER_TICK) is not None:
             if rt.workload_done():
@@ -302,6 +305,7 @@ class PlannerLoop:
                 rt.push_idle_event(now_ms + self._startup_ms, EventKind.WORKER_READY, (stage_i, idx))
             else:
                 self._activate(stage, idx)
+        self.draining += len(delta.draining)
         for idx in delta.draining:
             rt.set_routable(stage, idx, False)  # out of routing at once; still runs its passes
             self._notify_router_removed(stage, idx)
@@ -323,6 +327,7 @@ class PlannerLoop:
             for idx in list(pool.draining):
                 if rt.worker_removable(stage, idx):
                     pool.mark_removed(idx, now_ms)
+                    self.draining -= 1
                     rt.set_serving(stage, idx, False)
                     self._last_pass[stage_i].pop(idx, None)
                     changed = True
