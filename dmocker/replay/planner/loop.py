@@ -300,7 +300,7 @@ class PlannerLoop:
         startup = self._startup_ms > 0.0
         delta = self.pools[stage_i].scale_to(target, now_ms, startup=startup)
         for idx in delta.added:
-            rt.add_worker(stage, self._make_worker(stage_i, idx))
+            rt.append_worker(stage, self._make_worker(stage_i, idx))
             if startup:
                 rt.push_idle_event(now_ms + self._startup_ms, EventKind.WORKER_READY, (stage_i, idx))
             else:
