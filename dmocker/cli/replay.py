@@ -22,6 +22,7 @@ from dmocker._accel import hot_path_label
 from dmocker.handoff import HandoffError
 from dmocker.replay.api import DEFAULT_SYNTHETIC, run as replay_run
 from dmocker.replay.events import DeadEndError, ReplayInvariantError
+from dmocker.replay.planner import PlannerError
 from dmocker.replay.faults import FaultPlan, parse_worker_crash
 from dmocker.replay.report import JsonValue, Report
 from dmocker.replay.workload import WorkloadError
@@ -86,10 +87,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
     r.add_argument("--trace-block-size", type=_int, default=512, help="tokens per trace hash id (default 512)")
     r.add_argument("--arrival-speedup-ratio", type=_float, default=1.0, help="divide arrival times by this (default 1)")
     r.add_argument("--max-in-flight", type=_int, help="concurrency mode: sessions in flight")
-    r.add_argument("--sla-ttft-ms", type=_float, help="goodput bound on TTFT")
-    r.add_argument("--sla-itl-ms", type=_float, help="goodput bound on mean ITL")
+    r.add_argument("--sla-ttft-ms", type=_float, help="goodput bound on TTFT; built-in planners' TTFT target (default 500)")
+    r.add_argument("--sla-itl-ms", type=_float, help="goodput bound on mean ITL; built-in planners' ITL target (default 50)")
     r.add_argument("--sla-e2e-ms", type=_float, help="goodput bound on end-to-end latency")
     r.add_argument("--max-sim-time-ms", type=_float, help="soft cap on simulated time")
+    pl = parser.add_argument_group("planner (autoscaling in the loop)")
+    pl.add_argument("--planner", metavar="MODULE:CLASS|throughput|load",
+                    help="scale the pools during the replay: a class with initial_tick_ms() and "
+                         "on_tick(metrics) (built with no arguments) or a built-in policy")
+    pl.add_argument("--startup-time-s", type=_float, default=0.0,
+                    help="seconds from a scale-up until the new worker is ready (default 0)")
+    pl.add_argument("--throughput-interval-s", type=_float, default=180.0,
+                    help="throughput policy: seconds between adjustments (default 180)")
+    pl.add_argument("--load-interval-s", type=_float, default=5.0,
+                    help="load policy: seconds between adjustments (default 5)")
+    pl.add_argument("--min-endpoint", type=_int, default=1, help="built-in policies: workers per pool at least (default 1)")
+    pl.add_argument("--max-gpu-budget", type=_int, default=8,
+                    help="built-in policies: GPUs of both pools at most, < 0 for no cap (default 8)")
     f = parser.add_argument_group("faults and coordinators (docs/replay.md#faults)")
     f.add_argument("--fault-cancel-rate", type=_float, default=0.0, metavar="P", help="per-request probability of a client cancel")
     f.add_argument("--fault-fail-rate", type=_float, default=0.0, metavar="P", help="per-request probability of a failed handoff action")
@@ -251,12 +265,18 @@ def run(args: argparse.Namespace) -> int:
             per_request=args.per_request,
             events=args.events,
             progress=progress,
+            planner=args.planner,
+            startup_time_s=args.startup_time_s,
+            throughput_interval_s=args.throughput_interval_s,
+            load_interval_s=args.load_interval_s,
+            min_endpoint=args.min_endpoint,
+            max_gpu_budget=args.max_gpu_budget,
             faults=faults,
             coordinator=args.coordinator,
             router=router,
             router_config=router_config,
         )
-    except (DeadEndError, ReplayInvariantError, HandoffError) as exc:
+    except (DeadEndError, ReplayInvariantError, HandoffError, PlannerError) as exc:
         print(f"dmocker replay: failed: {exc}", file=sys.stderr)
         return 1
     except (WorkloadError, ValueError, OSError) as exc:

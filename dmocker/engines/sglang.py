@@ -180,6 +180,11 @@ class SglangWorker(HandoffWorkerBase[_SReq]):
     def num_running(self) -> int:
         return len(self._running)
 
+    @property
+    def num_waiting(self) -> int:
+        """Queued prompts plus activated destinations waiting to join the batch."""
+        return len(self._waiting) + len(self._prebuilt)
+
     # --- commands: source side -----------------------------------------------------------------
 
 

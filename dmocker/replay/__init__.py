@@ -9,6 +9,7 @@ from .._accel import accelerated
 from .api import DEFAULT_SYNTHETIC, run
 from .collector import TerminalStatus
 from .events import DeadEndError, ReplayInvariantError
+from .planner import PlannerError, PlannerMetrics, ScalingDecision
 from .report import Report, SlaThresholds
 from .routing import BaseRouter, QueuePolicy, Router, RouterConfig, RouterContext, RouterError
 from .workload import MooncakeTrace, SyntheticSpec, SyntheticWorkload, WorkloadError
@@ -17,6 +18,8 @@ __all__ = [
     "DEFAULT_SYNTHETIC",
     "DeadEndError",
     "MooncakeTrace",
+    "PlannerError",
+    "PlannerMetrics",
     "ReplayInvariantError",
     "BaseRouter",
     "QueuePolicy",
@@ -25,6 +28,7 @@ __all__ = [
     "RouterContext",
     "RouterError",
     "Report",
+    "ScalingDecision",
     "SlaThresholds",
     "SyntheticSpec",
     "SyntheticWorkload",

@@ -21,6 +21,7 @@ from dmocker.handoff import HandoffOrder, TransferTimingMode, order_for_engine
 from dmocker.engines.interface import Backend, EngineArgs, EngineWorker, WorkerType, make_worker
 
 from .collector import Collector
+from .planner.wiring import PlannerOptions, build_planner_loop
 from .report import JsonValue, Report, SlaThresholds, build_summary
 from .routing import Pool, RouterConfig, RouterContext, parse_router
 from .runtime import DisaggRuntime
@@ -145,6 +146,12 @@ def run(
     events: str | os.PathLike[str] | None = None,
     progress: bool = False,
     on_retired: Callable[[int], None] | None = None,
+    planner: object | str | None = None,
+    startup_time_s: float = 0.0,
+    throughput_interval_s: float = 180.0,
+    load_interval_s: float = 5.0,
+    min_endpoint: int = 1,
+    max_gpu_budget: int = 8,
     faults: FaultPlan | None = None,
     coordinator: str | Callable[..., object] | None = None,
     workload: Workload | None = None,
@@ -169,11 +176,23 @@ def run(
     router, tuned by ``router_config``) or ``"MODULE:CLASS"`` (a user class implementing
     :class:`dmocker.replay.routing.Router`).
     Raises ``ValueError`` (``WorkloadError`` for trace problems) on bad input.
+
+    ``planner``: an object with ``initial_tick_ms()`` and ``on_tick(metrics)`` (see
+    :mod:`dmocker.replay.planner`), ``"throughput"`` / ``"load"`` (built-in policies, targets
+    from ``sla_ttft_ms`` / ``sla_itl_ms``, then the intervals, ``min_endpoint`` and
+    ``max_gpu_budget``), or ``"MODULE:CLASS"``; new workers are ready ``startup_time_s``
+    after a scale-up.  A planner failing mid-run raises ``PlannerError``.
     """
     started = time.perf_counter()
     # ---- arguments -------------------------------------------------------------------------
-    _check_int("prefill_workers", prefill_workers, 1)
-    _check_int("decode_workers", decode_workers, 1)
+    # ---- planner (None: fixed pools, exactly as before) -----------------------------------
+    planner_opts = PlannerOptions.check(
+        planner, startup_time_s=startup_time_s, throughput_interval_s=throughput_interval_s,
+        load_interval_s=load_interval_s, min_endpoint=min_endpoint, max_gpu_budget=max_gpu_budget,
+        sla_ttft_ms=sla_ttft_ms, sla_itl_ms=sla_itl_ms,
+    )
+    _check_int("prefill_workers", prefill_workers, 0 if planner_opts is not None else 1)
+    _check_int("decode_workers", decode_workers, 0 if planner_opts is not None else 1)
     _check_int("trace_block_size", trace_block_size, 1)
     _check_int("seed", seed, 0)
     _check_float("arrival_speedup_ratio", arrival_speedup_ratio, positive=True, allow_zero=False)
@@ -303,6 +322,12 @@ def run(
     ]
     d_workers: list[EngineWorker] = [make_worker(decode_args, i) for i in range(decode_workers)]
     collector = Collector(workload.num_requests)
+    planner_loop = (
+        build_planner_loop(planner_opts, prefill_args, decode_args, (prefill_workers, decode_workers))
+        if planner_opts is not None else None
+    )
+    if planner_opts is not None:
+        config.update(planner_opts.config_json())
     records_w = AtomicFile(per_request) if per_request is not None else None
     events_w = AtomicFile(events) if events is not None else None
     bar = _progress_bar(workload.num_requests) if progress else None
@@ -326,6 +351,7 @@ def run(
             records=_as_io(records_w),
             events=_as_io(events_w),
             on_retired=retired if (bar is not None or on_retired is not None) else None,
+            planner=planner_loop,
             coordinator_factory=hooks.factory,
             prefill_router=routers[0],
             decode_router=routers[1],
@@ -359,6 +385,7 @@ def run(
         records_path=os.fspath(per_request) if per_request is not None else None,
         events_path=os.fspath(events) if events is not None else None,
         wall_seconds=time.perf_counter() - started,
+        planner=planner_loop.report() if planner_loop is not None else None,
     )
 
 

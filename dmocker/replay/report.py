@@ -178,9 +178,13 @@ class Report:
     records_path: str | None = None
     events_path: str | None = None
     wall_seconds: float = field(default=0.0, compare=False)
+    planner: dict[str, JsonValue] | None = None  # scaling timeline and decisions, if a planner ran
 
     def to_json(self) -> str:
-        """The byte-stable ``report.json`` text: ``{"summary": ..., "config": ...}``."""
+        """The byte-stable ``report.json`` text: ``{"summary": ..., "config": ...}``
+        (plus ``"planner"`` when a planner ran)."""
+        if self.planner is not None:
+            return stable_json({"summary": self.summary, "config": self.config, "planner": self.planner})
         return stable_json({"summary": self.summary, "config": self.config})
 
     def write(self, path: str | os.PathLike[str]) -> None:

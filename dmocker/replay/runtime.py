@@ -28,7 +28,7 @@ import heapq
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import IO, Final, cast
+from typing import IO, TYPE_CHECKING, Final, cast
 
 from dmocker.handoff import (
     ActivateDestination,
@@ -75,6 +75,9 @@ from .routing import RoundRobin, Router, RouterError
 from .routing.protocol import Admission
 from .workload import AdmissionQueue, ReadyTurn, Turn
 
+if TYPE_CHECKING:
+    from .planner.loop import PlannerLoop
+
 __all__ = ["Phase", "Stage", "DisaggRuntime", "RuntimeResult", "CoordinatorFactory"]
 
 #: Builds a request's coordinator: ``factory(request_id, order, fallback_transfer_delay_ms=...,
@@ -108,6 +111,8 @@ _STAGES: Final = (Stage.PREFILL, Stage.DECODE)
 _PASS: Final = int(EventKind.PASS_COMPLETION)
 _TRANSFER: Final = int(EventKind.TRANSFER_COMPLETE)
 _INJECTED: Final = int(EventKind.INJECTED_FACT)
+_READY: Final = int(EventKind.WORKER_READY)
+_TICK: Final = int(EventKind.PLANNER_TICK)
 # The spec's terminal facts (the facts inject() may deliver), from the one class registry.
 _INJECT_KINDS: Final = cast(
     "tuple[type[Canceled] | type[Failed] | type[TimedOut], ...]",
@@ -230,6 +235,7 @@ class DisaggRuntime:
         prefill_router: Router | None = None,
         decode_router: Router | None = None,
         fallback_transfer_delay_ms: float = 0.0,
+        planner: PlannerLoop | None = None,
         coordinator_factory: CoordinatorFactory | None = None,
     ) -> None:
         self.now_ms = 0.0
@@ -244,6 +250,8 @@ class DisaggRuntime:
             list(range(len(prefill_workers))),
             list(range(len(decode_workers))),
         )
+        # Workers that run passes: the routable ones (_active) plus, with a planner, draining ones.
+        self._serving: tuple[list[int], list[int]] = self._active
         self._routers: tuple[Router, Router] = (prefill_router or RoundRobin(), decode_router or RoundRobin())
         # ---- routing hook (dmocker.replay.routing): requests a router holds in its queue, the
         # overlap each routed request saw (records), and whether the routers need the signals
@@ -288,6 +296,12 @@ class DisaggRuntime:
         self._spec = load_spec()
         # The one event-log writer (shared with the conformance fixture), fed by the spec.
         self._event_log = EventLogWriter(events.write, self._engine_name, self._spec) if events is not None else None
+        # Planner ticks and WorkerReady events are "idle" events: they keep no run alive.
+        self._idle_events = 0
+        self._planner = planner
+        if planner is not None:
+            self._serving = (list(self._active[0]), list(self._active[1]))
+            planner.attach(self)
         self._hash_cache: dict[int, tuple[int, ...]] = {}
         admission.set_prefetch(self._prefetch_hashes)
         if events is not None:
@@ -297,6 +311,8 @@ class DisaggRuntime:
 
     def run(self) -> RuntimeResult:
         capped = False
+        if self._planner is not None:
+            self._planner.start()
         self._drain()
         heap = self._events.raw
         next_ready = self._admission.next_ready_time
@@ -314,8 +330,11 @@ class DisaggRuntime:
                 raise ReplayInvariantError(f"clock would move backwards: {t} < {self.now_ms}")
             self.now_ms = t
             self._drain()
-        n_p, n_d = len(self._workers[0]), len(self._workers[1])
-        self.collector.add_worker_seconds(n_p * self.now_ms / 1000.0, n_d * self.now_ms / 1000.0)
+        if self._planner is None:
+            n_p, n_d = len(self._workers[0]), len(self._workers[1])
+            self.collector.add_worker_seconds(n_p * self.now_ms / 1000.0, n_d * self.now_ms / 1000.0)
+        else:
+            self.collector.add_worker_seconds(*self._planner.worker_seconds(self.now_ms))
         return RuntimeResult(self.now_ms, capped, self._stale_pruned)
 
     def inject(self, t_ms: float, request_id: int, kind: type[Canceled] | type[Failed] | type[TimedOut]) -> None:
@@ -381,6 +400,8 @@ class DisaggRuntime:
                 if heap and heap[0][0] == now:
                     if heap[0][1] == _PASS:
                         changed = self._apply_pass_completions() or changed
+                    if heap and heap[0][0] == now and heap[0][1] == _READY and self._planner is not None:
+                        changed = self._planner.apply_ready(now) or changed
                     if heap and heap[0][0] == now and heap[0][1] == _TRANSFER:
                         changed = self._apply_transfer_completions() or changed
                     if heap and heap[0][0] == now and heap[0][1] == _INJECTED:
@@ -393,6 +414,14 @@ class DisaggRuntime:
                 changed = self._drive_pool(Stage.PREFILL) or changed
             if True in dirty_d:
                 changed = self._drive_pool(Stage.DECODE) or changed
+            planner = self._planner
+            if (
+                planner is not None
+                and (planner.draining or (heap and heap[0][0] == now and heap[0][1] == _TICK))
+                and planner.after_sweep(now)
+            ):
+                # Drained workers removed, then ticks (last, as the reference): sweep again.
+                continue
             if not changed:
                 return
             # Skip the confirming sweep when it provably finds nothing to do: every phase
@@ -413,7 +442,7 @@ class DisaggRuntime:
         return (
             self._in_flight == 0
             and not self._live
-            and len(self._events) == 0
+            and len(self._events) == self._idle_events
             and not self._pending
             and not self._waiting[0]
             and not self._waiting[1]
@@ -531,7 +560,7 @@ class DisaggRuntime:
         progress = True
         while progress:
             progress = False
-            for idx in self._active[stage]:
+            for idx in self._serving[stage]:
                 if not dirty[idx]:
                     continue
                 dirty[idx] = False
@@ -542,6 +571,8 @@ class DisaggRuntime:
                 if plan is None:
                     continue
                 progress = changed = True
+                if self._planner is not None:
+                    self._planner.on_pass(stage, idx, plan)
                 if plan.admissions:
                     self._on_pass_start(stage, plan)
                 if plan.pass_start_kv_events and self._kv_feed and stage == _P:
@@ -572,6 +603,8 @@ class DisaggRuntime:
                 if req.prefill_admit_ms is None:
                     req.prefill_admit_ms = now
                     req.prefill_reused = adm.reused_input_tokens
+                    if self._planner is not None:
+                        self._planner.on_prefill_admit(req.rid, adm.reused_input_tokens, req.turn.input_length)
                 if req.phase is Phase.QUEUED_PREFILL:
                     req.phase = Phase.RUNNING_PREFILL
             else:
@@ -615,6 +648,8 @@ class DisaggRuntime:
                 continue
             if self.collector.on_terminal(rid, TerminalStatus.COMPLETED, now):
                 req.terminal_ms = now
+            if self._planner is not None:
+                self._planner.on_completed(rid, req.arrival_ms, req.turn.input_length, req.turn.output_length)
             self._free_route(_D, rid)
             req.routed &= 1
             self._finish_logical(req, remove_actions=False)
@@ -641,6 +676,8 @@ class DisaggRuntime:
             elif isinstance(ev, DestinationReserved):
                 if req.destination_reserved_ms is None:
                     req.destination_reserved_ms = self.now_ms
+                    if self._planner is not None:
+                        self._planner.on_decode_reserved(req.rid)
             self._fact(req, ev)
 
     # ------------------------------------------------------------------ arrivals & retirement
@@ -692,6 +729,8 @@ class DisaggRuntime:
         req.counted = False
         req.phase = Phase.CLEANUP_PENDING
         self._in_flight -= 1
+        if self._planner is not None:
+            self._planner.on_request_gone(req.rid)
         if remove_actions:
             self._remove_actions(req)
         self._admission.on_request_terminal(req.rid, self.now_ms)
@@ -714,6 +753,62 @@ class DisaggRuntime:
             self._write_record(req)
         if self._on_retired is not None:
             self._on_retired(req.rid)
+
+    # ------------------------------------------------------------------ planner hook points
+    # Used by dmocker.replay.planner.loop (worker lifecycle) only; nothing here runs without one.
+
+    def append_worker(self, stage: Stage, worker: EngineWorker) -> None:
+        """Append a new worker at the next index (neither routable nor serving yet)."""
+        if worker.worker_idx != len(self._workers[stage]):
+            raise ReplayInvariantError(f"new worker index {worker.worker_idx} is not the next unused one")
+        self._workers[stage].append(worker)
+        self._dirty[stage].append(False)
+
+    def set_routable(self, stage: Stage, idx: int, routable: bool) -> None:
+        """Put a worker in (ready) or take it out of (draining) the pool routing picks from."""
+        _toggle(self._active[stage], idx, routable)
+
+    def set_serving(self, stage: Stage, idx: int, serving: bool) -> None:
+        """Start (ready) or stop (removed) running passes on a worker."""
+        _toggle(self._serving[stage], idx, serving)
+        self._dirty[stage][idx] = serving
+
+    def wake_parked(self, stage: Stage) -> bool:
+        """Retry the actions parked while the pool had no routable worker."""
+        waiting = self._waiting[stage]
+        if not waiting:
+            return False
+        self._pending.extend(waiting)
+        waiting.clear()
+        return True
+
+    def parked_count(self, stage: Stage) -> int:
+        """Requests waiting to be routed to the pool: parked (no routable worker) or held in its router's queue."""
+        return len(self._waiting[stage]) + len(self._held[stage])
+
+    def worker(self, stage: Stage, idx: int) -> EngineWorker:
+        return self._workers[stage][idx]
+
+    def worker_removable(self, stage: Stage, idx: int) -> bool:
+        """No pass in flight, nothing queued/running/held/reserved, no deferred command."""
+        w = self._workers[stage][idx]
+        return not w.busy and w.is_drained() and not self._deferred[stage].get(idx)
+
+    def workload_done(self) -> bool:
+        return self._is_done()
+
+    def push_idle_event(self, t_ms: float, kind: EventKind, payload: tuple[int, int]) -> None:
+        """Schedule a planner tick or a WorkerReady (events that keep no run alive)."""
+        self._events.push(t_ms, kind, payload)
+        self._idle_events += 1
+
+    def pop_idle_event(self, now_ms: float, kind: EventKind) -> tuple[int, int] | None:
+        popped, payload = self._events.pop_ready(now_ms, kind)
+        if not popped:
+            return None
+        self._idle_events -= 1
+        assert payload is not None
+        return payload
 
     # ------------------------------------------------------------------ fault hooks
     # Used by dmocker.replay.faults (only when faults are injected): timed callbacks, terminal
@@ -746,6 +841,8 @@ class DisaggRuntime:
         active = self._active[stage]
         if idx in active:
             active.remove(idx)
+        if self._serving is not self._active:  # a planner keeps the two apart
+            _toggle(self._serving[stage], idx, False)
         self._events.retain(lambda kind, p: not (kind is EventKind.PASS_COMPLETION and p == (stage, idx)))
         self._workers[stage][idx] = replacement
         self._dirty[stage][idx] = False
@@ -766,6 +863,8 @@ class DisaggRuntime:
         if idx not in active:
             active.append(idx)
             active.sort()
+        if self._serving is not self._active:  # a planner keeps the two apart
+            _toggle(self._serving[stage], idx, True)
         self._dirty[stage][idx] = True
         self.route_topology_changed(stage, idx, added=True)
         parked = self._waiting[stage]
@@ -971,6 +1070,8 @@ class DisaggRuntime:
             req.decode_worker = idx
         if self._route_overlap is not None:
             self._route_overlap[stage][req.rid] = self._routers[stage].overlap_tokens(req.rid)
+        if self._planner is not None:
+            self._planner.on_routed(stage, req.rid, idx, req.turn.input_length)
         self._ack_ok(req, issued, ok)
         if effects.lifecycle:
             self._lifecycle(effects.lifecycle)
@@ -1239,3 +1340,13 @@ def _executor(issued: IssuedAction) -> _Executor:
 
 def admission_block_size(admission: AdmissionQueue) -> int:
     return admission.trace_block_size
+
+
+def _toggle(members: list[int], idx: int, present: bool) -> None:
+    """Add (kept sorted) or remove ``idx`` in a worker-index list."""
+    if present:
+        if idx not in members:
+            members.append(idx)
+            members.sort()
+    elif idx in members:
+        members.remove(idx)
