@@ -77,7 +77,7 @@ def child_dmocker(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     c0 = time.process_time()
     if args.trace:
-        report = run(args.trace, prefill_workers=2, decode_workers=2, per_request=records,  # type: ignore[arg-type]
+        report = run(args.trace, prefill_workers=2, decode_workers=2, per_request=records,
                      **_engine_kwargs(args))  # type: ignore[arg-type]
     else:
         report = run(synthetic=SyntheticSpec(**_spec_kwargs(args)), per_request=records,  # type: ignore[arg-type]
