@@ -219,7 +219,7 @@ class VllmWorker(HandoffWorkerBase[_Req]):
 
     # --- passes --------------------------------------------------------------------------------
 
-    def start_pass(self, now_ms: float) -> PassPlan | None:
+    def start_pass(self, now_ms: float, bulk: bool = False) -> PassPlan | None:
         if self._busy:
             raise RuntimeError(f"worker {self.worker_idx} is already mid-pass")
         if not self._run and not self._waiting:
@@ -232,6 +232,9 @@ class VllmWorker(HandoffWorkerBase[_Req]):
                 return self._lockstep_pass(now_ms, k, n)
             self._materialize_at_rest()
         return self._exact_pass(now_ms, k)
+
+    def split_run(self, now_ms: float, started: bool) -> tuple[float, float] | None:
+        return None
 
     def finish_pass(self) -> PassCompletion:
         if not self._busy or self._completion is None:
@@ -250,6 +253,7 @@ class VllmWorker(HandoffWorkerBase[_Req]):
                 lifecycle=c.lifecycle + tuple(retry),
                 kv_events=events,
                 lockstep=c.lockstep,
+                run_times=c.run_times,
             )
         return c
 

@@ -141,6 +141,7 @@ def run(
     events: str | os.PathLike[str] | None = None,
     progress: bool = False,
     on_retired: Callable[[int], None] | None = None,
+    bulk: bool = True,
 ) -> Report:
     """Replay a Mooncake trace (``trace``) or a synthetic workload and return the Report.
 
@@ -149,6 +150,8 @@ def run(
     ``fixed_prefill_ms`` / ``fixed_decode_ms``) override both pools' args; pass
     ``prefill_engine_args`` / ``decode_engine_args`` for per-pool settings.  ``per_request``
     and ``events`` are JSONL paths written atomically (nothing appears on error).
+    ``bulk=False`` simulates every decode pass one by one instead of computing runs of
+    determined passes at once (same outputs; the oracle the bulk path is tested against).
     ``clamp_input_length`` reproduces the reference's silent clamp of ``input_length`` to
     ``len(hash_ids) * trace_block_size``; by default exceeding it is a ``WorkloadError``.
     Raises ``ValueError`` (``WorkloadError`` for trace problems) on bad input.
@@ -288,6 +291,7 @@ def run(
             records=_as_io(records_w),
             events=_as_io(events_w),
             on_retired=retired if (bar is not None or on_retired is not None) else None,
+            bulk=bulk,
         )
         result = runtime.run()
         runtime.write_incomplete_records()

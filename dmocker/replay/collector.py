@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from .exact_sum import ExactSum
+
 if TYPE_CHECKING:
     from dmocker.engines.interface import LockstepDelta
 
@@ -114,12 +116,14 @@ class LogSketch:
     relative error ``a`` of every value in it.  Zeros are counted apart.  Buckets are a dense
     array over a fixed index range (1e-6 to 1e9; values outside are clamped to the ends,
     whose exact min and max are kept), so adding a batch is one
-    ``bincount``.  Count, sum, sum of squares, min and max are exact.
+    ``bincount``.  Count, sum, sum of squares, min and max are exact; the sums are of the
+    float products ``value * weight`` and ``value * value * weight``, accumulated exactly
+    (:class:`ExactSum`), so they do not depend on the order of the additions.
     """
 
     __slots__ = (
         "_a", "_log_gamma", "_gamma", "_lo", "_counts", "_buf", "_fill", "_weighted",
-        "count", "zeros", "total", "total_sq", "min", "max",
+        "count", "zeros", "_total", "_total_sq", "min", "max",
     )
 
     _BUFFER = 1 << 16
@@ -138,8 +142,8 @@ class LogSketch:
         self._weighted: dict[int, int] = {}  # bucket -> count from add_weighted, folded lazily
         self.count = 0
         self.zeros = 0
-        self.total = 0.0
-        self.total_sq = 0.0
+        self._total = ExactSum()
+        self._total_sq = ExactSum()
         self.min = math.inf
         self.max = -math.inf
 
@@ -157,11 +161,46 @@ class LogSketch:
         self._buf[fill:fill + n] = values
         self._fill = fill + n
 
+    @property
+    def total(self) -> float:
+        """Sum of the values (correctly rounded)."""
+        return self._total.value()
+
+    @property
+    def total_sq(self) -> float:
+        """Sum of the squared values (each square rounded, the sum correctly rounded)."""
+        return self._total_sq.value()
+
+    def add_weighted_many(self, values: F64, weight: int) -> None:
+        """:meth:`add_weighted` of each value with the same weight (a bulk decode run)."""
+        n = int(values.shape[0])
+        if n == 0:
+            return
+        self.count += n * weight
+        self._total.add_many(values * weight)
+        self._total_sq.add_many(values * values * weight)
+        vmin = float(values.min())
+        vmax = float(values.max())
+        if vmin < self.min:
+            self.min = vmin
+        if vmax > self.max:
+            self.max = vmax
+        log, ceil, lg, lo = math.log, math.ceil, self._log_gamma, self._lo
+        w = self._weighted
+        zeros = 0
+        for value in values.tolist():
+            if value > 0.0:
+                i = ceil(log(value) / lg) - lo  # math.log, as add_weighted: same buckets
+                w[i] = w.get(i, 0) + weight
+            else:
+                zeros += weight
+        self.zeros += zeros
+
     def add_weighted(self, value: float, weight: int) -> None:
         """Add ``weight`` copies of one value (a whole decode batch sharing one gap)."""
         self.count += weight
-        self.total += value * weight
-        self.total_sq += value * value * weight
+        self._total.add(value * weight)
+        self._total_sq.add(value * value * weight)
         if value < self.min:
             self.min = value
         if value > self.max:
@@ -186,8 +225,8 @@ class LogSketch:
     def _fold(self, values: F64) -> None:
         n = int(values.shape[0])
         self.count += n
-        self.total += float(values.sum())
-        self.total_sq += float(np.dot(values, values))
+        self._total.add_many(values)
+        self._total_sq.add_many(values * values)
         vmin = float(values.min())
         vmax = float(values.max())
         if vmin < self.min:
@@ -263,6 +302,14 @@ class GapSketches:
         self.itl.add_weighted(gap, weight)
         if gap > 0.0:
             self.per_user.add_weighted(1000.0 / gap, weight)
+
+    def add_same_many(self, gaps: F64, weight: int) -> None:
+        """:meth:`add_same` of each gap, in bulk (the passes of a bulk decode run)."""
+        gaps = np.maximum(gaps, 0.0)
+        self.itl.add_weighted_many(gaps, weight)
+        pos = gaps[gaps > 0.0]
+        if pos.shape[0]:
+            self.per_user.add_weighted_many(1000.0 / pos, weight)
 
     def _fold(self, gaps: F64) -> None:
         gaps = gaps[~np.isnan(gaps)]
@@ -429,8 +476,13 @@ class Collector:
         t_ms: float,
         source: int = -1,
         delta: LockstepDelta | None = None,
+        run_times: F64 | None = None,
     ) -> None:
         """One decode pass emitted one token for each of ``ids`` (unique) at ``t_ms``.
+
+        ``run_times`` (a bulk decode run): every id emitted one token at each of these times
+        (ascending, the last is ``t_ms``); applied as its first pass through the general path,
+        then the other passes at once, with the same result as pass by pass.
 
         ``delta`` (a lockstep pass of decode worker ``source``): when it continues this
         source's lazy cohort, the pass is applied in O(joiners + leavers + young) without
@@ -440,6 +492,9 @@ class Collector:
         the same (gap, weight) additions in the same order as the general path alone.
         """
         if ids.shape[0] == 0:
+            return
+        if run_times is not None:
+            self._run_tokens(ids, run_times, source)
             return
         if delta is not None and source >= 0 and self._use_deltas:
             co = self._lazy.get(source)
@@ -453,6 +508,35 @@ class Collector:
         if self._lazy and source in self._lazy:
             self._settle_cohort(self._lazy.pop(source))
         self._general_tokens(ids, t_ms, source)
+
+    def _run_tokens(self, ids: npt.NDArray[np.int64], times: F64, source: int) -> None:
+        """A bulk decode run: ``on_tokens`` of each pass, the passes after the first at once.
+
+        After the first pass every member last emitted at the previous pass's time, so each
+        later pass adds the gap between two pass times with the batch size as weight; only
+        members still young after the first pass (exactly one token) get their second token
+        time, at the second pass."""
+        if self._lazy and source in self._lazy:
+            self._settle_cohort(self._lazy.pop(source))
+        first = float(times[0])
+        self._general_tokens(ids, first, source)
+        more = int(times.shape[0]) - 1
+        if more <= 0:
+            return
+        end = float(times[-1])
+        self._tokens[ids] += more
+        self._last[ids] = end
+        self.gaps.add_same_many(times[1:] - times[:-1], int(ids.shape[0]))
+        young = self.young
+        if young:
+            members = set(ids.tolist())
+            second = float(times[1])
+            done = [rid for rid in young if rid in members]
+            for rid in done:
+                self.second_token[rid] = second
+                del young[rid]
+        if source >= 0:
+            self._cohort[source] = (ids, end)
 
     def _lazy_pass(
         self, co: _Cohort, ids: npt.NDArray[np.int64], t_ms: float, source: int, delta: LockstepDelta

@@ -221,8 +221,13 @@ class DisaggRuntime:
         prefill_router: Router | None = None,
         decode_router: Router | None = None,
         fallback_transfer_delay_ms: float = 0.0,
+        bulk: bool = True,
     ) -> None:
         self.now_ms = 0.0
+        # Bulk decode runs (workers compute the passes until their batch changes at once;
+        # see _settle).  Off with a time cap: a run would cross it.
+        self._bulk = bulk and max_sim_time_ms is None
+        self._pools_started = False  # this time step is past its first pool phase
         self._admission = admission
         self._workers: tuple[list[EngineWorker], list[EngineWorker]] = (prefill_workers, decode_workers)
         self._active: tuple[list[int], list[int]] = (
@@ -295,7 +300,7 @@ class DisaggRuntime:
         this to exercise cancellation and timeouts mid-flight.
         """
         code = _INJECT_CODES[kind]
-        self._events.push(t_ms, EventKind.INJECTED_FACT, (code, request_id))
+        self._events.push(t_ms, EventKind.INJECTED_FACT, (code, request_id), self.now_ms)
 
     def _apply_injected(self) -> bool:
         changed = False
@@ -337,6 +342,7 @@ class DisaggRuntime:
         admission = self._admission
         dirty_p, dirty_d = self._dirty
         sweeps = 0
+        self._pools_started = False
         while True:
             now = self.now_ms
             changed = False
@@ -359,6 +365,7 @@ class DisaggRuntime:
                 changed = self._drive_pool(Stage.PREFILL) or changed
             if True in dirty_d:
                 changed = self._drive_pool(Stage.DECODE) or changed
+            self._pools_started = True
             if not changed:
                 return
             # Skip the confirming sweep when it provably finds nothing to do: every phase
@@ -492,6 +499,7 @@ class DisaggRuntime:
         workers = self._workers[stage]
         dirty = self._dirty[stage]
         now = self.now_ms
+        bulk = self._bulk
         progress = True
         while progress:
             progress = False
@@ -502,7 +510,7 @@ class DisaggRuntime:
                 w = workers[idx]
                 if w.busy:
                     continue  # its pass completion marks it dirty again
-                plan = w.start_pass(now)
+                plan = w.start_pass(now, bulk)
                 if plan is None:
                     continue
                 progress = changed = True
@@ -514,8 +522,39 @@ class DisaggRuntime:
                     self._wake_deferred(stage, idx)
                     self._process_pass(stage, completion, idx)
                 else:
-                    self._events.push(plan.end_ms, EventKind.PASS_COMPLETION, (int(stage), idx))
+                    last = plan.last_start_ms
+                    self._events.push(plan.end_ms, EventKind.PASS_COMPLETION, (int(stage), idx),
+                                      now if last is None else last)
         return changed
+
+    def _settle(self, stage: int, idx: int) -> None:
+        """Before anything touches worker ``idx`` of ``stage``: cut its bulk decode run (if
+        any) where the per-pass simulation would be now, so the worker is in exactly the state
+        pass-by-pass replay would show (mid-pass, or idle with the pass ending now completed).
+
+        Every call site that reads or commands a worker must call this first; the passes of a
+        run are determined only while nothing from outside touches the worker.
+        """
+        if not self._bulk:
+            return
+        w = self._workers[stage][idx]
+        if not w.busy:
+            return
+        cut = w.split_run(self.now_ms, self._pools_started)
+        if cut is None:
+            return
+        end, last_start = cut
+        key = (stage, idx)
+        self._events.retain(lambda kind, p: not (kind is EventKind.PASS_COMPLETION and p == key))
+        if end <= self.now_ms:
+            # pass by pass it would have completed at the start of this time step (its
+            # effects are tokens only: nothing finishes inside a run)
+            completion = w.finish_pass()
+            self._dirty[stage][idx] = True
+            self._wake_deferred(stage, idx)
+            self._process_pass(_STAGES[stage], completion, idx)
+        else:
+            self._events.push(end, EventKind.PASS_COMPLETION, key, last_start)
 
     # ------------------------------------------------------------------ passes
 
@@ -564,7 +603,7 @@ class DisaggRuntime:
                 self._lifecycle(done.lifecycle)
             return
         # Decode: tokens, then terminals, then lifecycle facts (the reference's order).
-        self.collector.on_tokens(done.emitted, now, idx, done.lockstep)
+        self.collector.on_tokens(done.emitted, now, idx, done.lockstep, done.run_times)
         if done.finished.shape[0] == 0 and not done.rejected:
             if done.lifecycle:
                 self._lifecycle(done.lifecycle)
@@ -803,6 +842,7 @@ class DisaggRuntime:
         phase, expected, ok, what = _ACQUIRE[stage]
         req.phase = phase
         idx = self._routers[stage].pick(req.rid, active)
+        self._settle(stage, idx)
         self._dirty[stage][idx] = True
         worker = self._workers[stage][idx]
         try:
@@ -830,7 +870,7 @@ class DisaggRuntime:
         self._ack_ok(req, issued, _K_SCHEDULED)
         req.phase = _TRANSFER_PENDING
         if action.delay_ms > 0.0:
-            self._events.push(self.now_ms + action.delay_ms, _EV_TRANSFER, (0, req.rid))
+            self._events.push(self.now_ms + action.delay_ms, _EV_TRANSFER, (0, req.rid), self.now_ms)
         else:
             self._fact(req, TransferCompleted(req.rid))
         return True
@@ -839,6 +879,7 @@ class DisaggRuntime:
         idx = req.decode_worker
         if idx < 0:
             raise ReplayInvariantError(f"activation of request {req.rid} with no decode worker")
+        self._settle(_D, idx)
         w = self._workers[_D][idx]
         if w.busy:
             return self._defer(req, issued, _DECODE, idx)
@@ -894,6 +935,7 @@ class DisaggRuntime:
         forward lifecycle effects); only the engine command differs, so it is chosen here.
         False when the action was deferred behind a busy worker.
         """
+        self._settle(stage, idx)
         w = self._workers[stage][idx]
         if w.busy:
             return self._defer(req, issued, stage, idx)
