@@ -50,7 +50,7 @@ import numpy.typing as npt
 
 from dmocker.handoff.types import DestinationReserved, SourceHeld
 from dmocker.engines.block_pool import BlockPool, generated_block_ids
-from dmocker.engines.common import ceil_div
+from dmocker.engines.common import ceil_div, cut_point
 from dmocker.engines.handoff_base import NOOP, HandoffWorkerBase
 from dmocker.engines.interface import (
     Admission,
@@ -68,7 +68,7 @@ from dmocker.engines.interface import (
     WorkerType,
     empty_ids,
 )
-from dmocker.engines.timing import PassTiming
+from dmocker.engines.timing import PassTiming, run_end_times
 
 __all__ = ["VllmWorker"]
 
@@ -170,6 +170,10 @@ class VllmWorker(HandoffWorkerBase[_Req]):
         self.preemptions = 0
         self.lockstep_passes = 0
         self.exact_passes = 0
+        # the bulk decode run in flight: (start ms, pass end times, K before, blocks taken per
+        # pass, cumulative)
+        self._bulk: tuple[float, npt.NDArray[np.float64], int, I64] | None = None
+        self.bulk_runs = 0
 
     # --- hooks of the shared handoff bookkeeping (handoff_base) --------------------------------
 
@@ -225,6 +229,11 @@ class VllmWorker(HandoffWorkerBase[_Req]):
         if not self._run and not self._waiting:
             return None
         k = self._K + 1
+        if (bulk and self._lock and not self._waiting and not self._pending and not self._record
+                and self._logical_kv and not self._is_prefill and not self._lifecycle):
+            plan = self._start_run(now_ms)
+            if plan is not None:
+                return plan
         if self._lock:
             n = len(self._run)
             nblocks = self._bcount[k % self._bs]
@@ -233,13 +242,65 @@ class VllmWorker(HandoffWorkerBase[_Req]):
             self._materialize_at_rest()
         return self._exact_pass(now_ms, k)
 
+    def _start_run(self, now_ms: float) -> PassPlan | None:
+        """Lockstep with nothing queued: every pass until the next completion is determined
+        (the batch, each pass's block demand, its decode time), so those passes are computed at
+        once, as far as the pool surely covers their blocks (None: fewer than two)."""
+        n = len(self._run)
+        if n > self.args.max_num_batched_tokens or not self._finish_at:
+            return None
+        K = self._K
+        n_pass = min(self._finish_at) - 1 - K
+        if n_pass < 2:
+            return None
+        bs = self._bs
+        ks = np.arange(K + 1, K + 1 + n_pass, dtype=np.int64)
+        need = np.cumsum(np.array(self._bcount, dtype=np.int64)[ks % bs])
+        available = self.pool.available
+        if int(need[-1]) > available:
+            n_pass = int(np.searchsorted(need, available, side="right"))
+            if n_pass < 2:
+                return None
+            ks = ks[:n_pass]
+            need = need[:n_pass]
+        times = run_end_times(now_ms, self._timing.decode_ms_many(n, self._sum_po + n * (ks - 1)))
+        self.pool.take(int(need[-1]))
+        self._bulk = (now_ms, times, K, need)
+        self._K = K + n_pass
+        self._ls_k = self._K
+        self.lockstep_passes += n_pass
+        self.bulk_runs += 1
+        end = float(times[-1])
+        self._completion = PassCompletion(end_ms=end, emitted=self._running_ids(), run_times=times)
+        self._busy = True
+        return PassPlan(start_ms=now_ms, end_ms=end, decode_tokens=n, last_start_ms=float(times[-2]))
+
     def split_run(self, now_ms: float, started: bool) -> tuple[float, float] | None:
-        return None
+        run = self._bulk
+        if run is None:
+            return None
+        start, times, K, need = run
+        total = int(times.shape[0])
+        keep = cut_point(times, now_ms, started)
+        if keep >= total:
+            return None
+        self.pool.give_back(int(need[-1]) - int(need[keep - 1]))
+        self._K = K + keep
+        self._ls_k = self._K
+        self.lockstep_passes -= total - keep
+        kept = times[:keep]
+        end = float(kept[-1])
+        assert self._completion is not None
+        self._completion = PassCompletion(end_ms=end, emitted=self._completion.emitted,
+                                          run_times=kept if keep >= 2 else None)
+        self._bulk = (start, kept, K, need[:keep]) if keep >= 2 else None
+        return end, float(kept[-2]) if keep >= 2 else start
 
     def finish_pass(self) -> PassCompletion:
         if not self._busy or self._completion is None:
             raise RuntimeError(f"worker {self.worker_idx} has no pass in flight")
         self._busy = False
+        self._bulk = None
         c = self._completion
         self._completion = None
         retry = self._retry_destinations() if self._pending else []
