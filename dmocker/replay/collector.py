@@ -185,16 +185,23 @@ class LogSketch:
             self.min = vmin
         if vmax > self.max:
             self.max = vmax
-        log, ceil, lg, lo = math.log, math.ceil, self._log_gamma, self._lo
-        w = self._weighted
-        zeros = 0
-        for value in values.tolist():
-            if value > 0.0:
-                i = ceil(log(value) / lg) - lo  # math.log, as add_weighted: same buckets
-                w[i] = w.get(i, 0) + weight
-            else:
-                zeros += weight
-        self.zeros += zeros
+        pos = values[values > 0.0]
+        self.zeros += (n - int(pos.shape[0])) * weight
+        if pos.shape[0]:
+            # The bucket add_weighted computes, ceil(math.log(v) / log_gamma), vectorised:
+            # numpy's log may differ from math.log in the last bit, which can move a quotient
+            # across an integer only when it is within ~1e-12 of one; those few are recomputed
+            # with math.log, so every value lands in the same bucket as one by one.
+            x = np.log(pos) / self._log_gamma
+            idx = np.ceil(x)
+            near = np.flatnonzero(np.abs(x - np.rint(x)) < 1e-7)
+            if near.shape[0]:
+                lg = self._log_gamma
+                for j, v in zip(near.tolist(), pos[near].tolist()):
+                    idx[j] = math.ceil(math.log(v) / lg)
+            buckets = idx.astype(np.int64) - self._lo
+            np.clip(buckets, 0, self._counts.shape[0] - 1, out=buckets)
+            np.add.at(self._counts, buckets, weight)
 
     def add_weighted(self, value: float, weight: int) -> None:
         """Add ``weight`` copies of one value (a whole decode batch sharing one gap)."""

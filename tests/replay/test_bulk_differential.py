@@ -14,7 +14,7 @@ from __future__ import annotations
 import io
 import json
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from dmocker.engines.interface import Backend, EngineArgs, WorkerType, make_worker
@@ -81,7 +81,6 @@ def _params(draw: st.DrawFn) -> dict[str, object]:
     }
 
 
-@settings(max_examples=60)
 @given(_params())
 def test_bulk_runs_match_the_per_pass_simulation(params: dict[str, object]) -> None:
     try:
@@ -113,3 +112,20 @@ def test_bulk_runs_happen_and_match() -> None:
         per_pass = _replay(params, bulk=False)
         assert bulk[3] > 0, engine
         assert bulk[:3] == per_pass[:3], engine
+
+
+@given(st.lists(st.one_of(st.just(0.0), st.floats(1e-5, 1e4), st.integers(-3000, 3000).map(
+    lambda i: ((1 + 0.001) / (1 - 0.001)) ** i)), max_size=60), st.integers(1, 300))
+def test_weighted_many_matches_one_by_one(values: list[float], weight: int) -> None:
+    """The run path's bulk sketch update equals add_weighted value by value (bucket
+    boundaries included: powers of gamma sit exactly on them)."""
+    import numpy as np
+
+    from dmocker.replay.collector import LogSketch
+
+    bulk, single = LogSketch(), LogSketch()
+    bulk.add_weighted_many(np.array(values, dtype=np.float64), weight)
+    for v in values:
+        single.add_weighted(v, weight)
+    assert bulk.stats() == single.stats()
+    assert bulk.count == single.count and bulk.zeros == single.zeros
