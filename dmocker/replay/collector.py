@@ -171,22 +171,25 @@ class LogSketch:
         """Sum of the squared values (each square rounded, the sum correctly rounded)."""
         return self._total_sq.value()
 
-    def add_weighted_many(self, values: F64, weight: int) -> None:
-        """:meth:`add_weighted` of each value with the same weight (a bulk decode run)."""
+    def add_weighted_many(self, values: F64, weights: npt.NDArray[np.int64] | int) -> None:
+        """:meth:`add_weighted` of each value with its weight (or one weight for all), at once."""
         n = int(values.shape[0])
         if n == 0:
             return
-        self.count += n * weight
-        self._total.add_many(values * weight)
-        self._total_sq.add_many(values * values * weight)
+        w_arr = np.broadcast_to(np.asarray(weights, dtype=np.int64), values.shape)
+        self.count += int(w_arr.sum())
+        self._total.add_many(values * w_arr)
+        self._total_sq.add_many(values * values * w_arr)
         vmin = float(values.min())
         vmax = float(values.max())
         if vmin < self.min:
             self.min = vmin
         if vmax > self.max:
             self.max = vmax
-        pos = values[values > 0.0]
-        self.zeros += (n - int(pos.shape[0])) * weight
+        positive = values > 0.0
+        pos = values[positive]
+        if pos.shape[0] < n:
+            self.zeros += int(w_arr[~positive].sum())
         if pos.shape[0]:
             # The bucket add_weighted computes, ceil(math.log(v) / log_gamma), vectorised:
             # numpy's log may differ from math.log in the last bit, which can move a quotient
@@ -201,7 +204,7 @@ class LogSketch:
                     idx[j] = math.ceil(math.log(v) / lg)
             buckets = idx.astype(np.int64) - self._lo
             np.clip(buckets, 0, self._counts.shape[0] - 1, out=buckets)
-            np.add.at(self._counts, buckets, weight)
+            np.add.at(self._counts, buckets, w_arr[positive] if pos.shape[0] < n else w_arr)
 
     def add_weighted(self, value: float, weight: int) -> None:
         """Add ``weight`` copies of one value (a whole decode batch sharing one gap)."""
@@ -275,15 +278,20 @@ class GapSketches:
     Gaps are staged once and folded into both sketches in bulk.
     """
 
-    __slots__ = ("itl", "per_user", "_buf", "_fill")
+    __slots__ = ("itl", "per_user", "_buf", "_fill", "_wbuf", "_wts", "_wfill")
 
     _BUFFER = 1 << 16
+    _WBUFFER = 1 << 14
 
     def __init__(self) -> None:
         self.itl = LogSketch()
         self.per_user = LogSketch()
         self._buf = np.empty(self._BUFFER, dtype=np.float64)
         self._fill = 0
+        # weighted gaps (a batch sharing one gap), staged with their weights
+        self._wbuf = np.empty(self._WBUFFER, dtype=np.float64)
+        self._wts = np.empty(self._WBUFFER, dtype=np.int64)
+        self._wfill = 0
 
     def add_many(self, gaps: F64) -> None:
         n = int(gaps.shape[0])
@@ -301,22 +309,46 @@ class GapSketches:
         if self._fill:
             self._fold(self._buf[: self._fill])
             self._fill = 0
+        if self._wfill:
+            f = self._wfill
+            self._fold_weighted(self._wbuf[:f], self._wts[:f])
+            self._wfill = 0
+
+    def _fold_weighted(self, gaps: F64, weights: npt.NDArray[np.int64]) -> None:
+        gaps = np.maximum(gaps, 0.0)
+        self.itl.add_weighted_many(gaps, weights)
+        positive = gaps > 0.0
+        if positive.all():
+            self.per_user.add_weighted_many(1000.0 / gaps, weights)
+        elif positive.any():
+            self.per_user.add_weighted_many(1000.0 / gaps[positive], weights[positive])
 
     def add_same(self, gap: float, weight: int) -> None:
-        """``weight`` identical gaps (the common case: a batch decoded in lockstep)."""
-        if gap < 0.0:
-            gap = 0.0
-        self.itl.add_weighted(gap, weight)
-        if gap > 0.0:
-            self.per_user.add_weighted(1000.0 / gap, weight)
+        """``weight`` identical gaps (the common case: a batch decoded in lockstep).
+
+        Staged and folded in bulk; the sketches' sums are exact, so folding later changes
+        nothing: the result is that of ``add_weighted`` on each sketch, one by one."""
+        f = self._wfill
+        if f == self._WBUFFER:
+            self.flush()
+            f = 0
+        self._wbuf[f] = gap
+        self._wts[f] = weight
+        self._wfill = f + 1
 
     def add_same_many(self, gaps: F64, weight: int) -> None:
-        """:meth:`add_same` of each gap, in bulk (the passes of a bulk decode run)."""
-        gaps = np.maximum(gaps, 0.0)
-        self.itl.add_weighted_many(gaps, weight)
-        pos = gaps[gaps > 0.0]
-        if pos.shape[0]:
-            self.per_user.add_weighted_many(1000.0 / pos, weight)
+        """:meth:`add_same` of each gap with the same weight (the passes of a bulk decode run)."""
+        n = int(gaps.shape[0])
+        f = self._wfill
+        if f + n > self._WBUFFER:
+            self.flush()
+            f = 0
+            if n > self._WBUFFER:
+                self._fold_weighted(gaps, np.full(n, weight, dtype=np.int64))
+                return
+        self._wbuf[f:f + n] = gaps
+        self._wts[f:f + n] = weight
+        self._wfill = f + n
 
     def _fold(self, gaps: F64) -> None:
         gaps = gaps[~np.isnan(gaps)]

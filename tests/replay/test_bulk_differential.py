@@ -129,3 +129,4 @@ def test_weighted_many_matches_one_by_one(values: list[float], weight: int) -> N
         single.add_weighted(v, weight)
     assert bulk.stats() == single.stats()
     assert bulk.count == single.count and bulk.zeros == single.zeros
+    assert bulk._counts.tolist() == single._counts.tolist()
