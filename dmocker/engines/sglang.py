@@ -108,16 +108,18 @@ class _SReq:
 class _Run:
     """A bulk decode run in flight: what splitting it needs (the state before it)."""
 
-    __slots__ = ("start_ms", "times", "seq", "npg", "ratio", "need")
+    __slots__ = ("start_ms", "times", "seq", "npg", "ratio", "need", "free", "evicted")
 
     def __init__(self, start_ms: float, times: npt.NDArray[np.float64], seq: I64, npg: I64,
-                 ratio: float, need: int) -> None:
+                 ratio: float, need: int, free: int, evicted: list[int]) -> None:
         self.start_ms = start_ms
         self.times = times
         self.seq = seq
         self.npg = npg
         self.ratio = ratio
-        self.need = need
+        self.need = need  # pages taken
+        self.free = free  # free pages before
+        self.evicted = evicted  # cached pages evicted for it, oldest first
 
 
 class SglangWorker(HandoffWorkerBase[_SReq]):
@@ -335,8 +337,8 @@ class SglangWorker(HandoffWorkerBase[_SReq]):
         n = len(self._running)
         active = np.minimum(int(seq.sum()) + n * np.arange(n_pass, dtype=np.int64), self._total_tokens)
         times = run_end_times(now_ms, self._timing.decode_ms_many(n, active))
-        run = _Run(now_ms, times, seq.copy(), npg.copy(), self.new_token_ratio, need)
-        pool.take(need)
+        free, evicted = pool.take_undoable(need)
+        run = _Run(now_ms, times, seq.copy(), npg.copy(), self.new_token_ratio, need, free, evicted)
         self._a_seq = seq + n_pass
         self._a_npg = npg_end
         self._decay_ratio(n_pass)
@@ -367,7 +369,8 @@ class SglangWorker(HandoffWorkerBase[_SReq]):
             return None
         seq = run.seq + keep
         npg = np.maximum(run.npg, -(-seq // self._page))
-        self.pool.give_back(run.need - int((npg - run.npg).sum()))
+        need = int((npg - run.npg).sum())
+        evicted = self.pool.untake(run.free, run.evicted, run.need, need)
         self._a_seq, self._a_npg = seq, npg
         self.new_token_ratio = run.ratio
         self._decay_ratio(keep)
@@ -380,8 +383,7 @@ class SglangWorker(HandoffWorkerBase[_SReq]):
         if keep < 2:
             self._bulk = None
         else:
-            self._bulk = _Run(run.start_ms, kept, run.seq, run.npg, run.ratio,
-                              int((npg - run.npg).sum()))
+            self._bulk = _Run(run.start_ms, kept, run.seq, run.npg, run.ratio, need, run.free, evicted)
         return end, float(kept[-2]) if keep >= 2 else run.start_ms
 
     # --- internals -----------------------------------------------------------------------------

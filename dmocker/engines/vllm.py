@@ -170,9 +170,9 @@ class VllmWorker(HandoffWorkerBase[_Req]):
         self.preemptions = 0
         self.lockstep_passes = 0
         self.exact_passes = 0
-        # the bulk decode run in flight: (start ms, pass end times, K before, blocks taken per
-        # pass, cumulative)
-        self._bulk: tuple[float, npt.NDArray[np.float64], int, I64] | None = None
+        # the bulk decode run in flight: (start ms, pass end times, K before, blocks taken by
+        # the end of each pass, free blocks before, blocks evicted)
+        self._bulk: tuple[float, npt.NDArray[np.float64], int, I64, int, list[int]] | None = None
         self.bulk_runs = 0
 
     # --- hooks of the shared handoff bookkeeping (handoff_base) --------------------------------
@@ -264,8 +264,8 @@ class VllmWorker(HandoffWorkerBase[_Req]):
             ks = ks[:n_pass]
             need = need[:n_pass]
         times = run_end_times(now_ms, self._timing.decode_ms_many(n, self._sum_po + n * (ks - 1)))
-        self.pool.take(int(need[-1]))
-        self._bulk = (now_ms, times, K, need)
+        free, evicted = self.pool.take_undoable(int(need[-1]))
+        self._bulk = (now_ms, times, K, need, free, evicted)
         self._K = K + n_pass
         self._ls_k = self._K
         self.lockstep_passes += n_pass
@@ -279,12 +279,12 @@ class VllmWorker(HandoffWorkerBase[_Req]):
         run = self._bulk
         if run is None:
             return None
-        start, times, K, need = run
+        start, times, K, need, free, evicted = run
         total = int(times.shape[0])
         keep = cut_point(times, now_ms, started)
         if keep >= total:
             return None
-        self.pool.give_back(int(need[-1]) - int(need[keep - 1]))
+        evicted = self.pool.untake(free, evicted, int(need[-1]), int(need[keep - 1]))
         self._K = K + keep
         self._ls_k = self._K
         self.lockstep_passes -= total - keep
@@ -293,7 +293,7 @@ class VllmWorker(HandoffWorkerBase[_Req]):
         assert self._completion is not None
         self._completion = PassCompletion(end_ms=end, emitted=self._completion.emitted,
                                           run_times=kept if keep >= 2 else None)
-        self._bulk = (start, kept, K, need[:keep]) if keep >= 2 else None
+        self._bulk = (start, kept, K, need[:keep], free, evicted) if keep >= 2 else None
         return end, float(kept[-2]) if keep >= 2 else start
 
     def finish_pass(self) -> PassCompletion:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import io
 import json
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from dmocker.engines.interface import Backend, EngineArgs, WorkerType, make_worker
@@ -82,6 +82,12 @@ def _params(draw: st.DrawFn) -> dict[str, object]:
 
 
 @given(_params())
+@example({  # a run that evicted cached blocks, then cut: the cut must restore them (LRU order)
+    "engine": "vllm", "block_size": 16, "blocks": 120, "max_seqs": 5, "bandwidth": None, "decode": 1,
+    "spec": SyntheticSpec(requests=21, rate=400.0, isl_mean=40, osl_mean=93, spread=0.5, prefix_groups=0,
+                          turns=3, turn_delay_ms=50.0, seed=758, trace_block_size=64),
+    "inject": [],
+})
 def test_bulk_runs_match_the_per_pass_simulation(params: dict[str, object]) -> None:
     try:
         per_pass = _replay(params, bulk=False)
