@@ -6,7 +6,8 @@ Side by side (the table to quote), five workloads, each run as two whole process
 
     python bench/replay_bench.py --reference REF_PYTHON --trace MOONCAKE.jsonl [--reps 2] [--only 4,5]
 
-``REF_PYTHON`` is the python of a venv where ``ai-dynamo==1.6.1`` is installed (only there);
+``REF_PYTHON`` is the python of a venv where ``ai-dynamo==1.6.1`` is installed (only there:
+``python3 -m venv REFVENV && REFVENV/bin/pip install ai-dynamo==1.6.1 ai-dynamo-runtime==1.6.1``);
 ``MOONCAKE.jsonl`` is the Mooncake conversation trace (workloads 4 and 5; skipped without it).
 The workloads: (1) 10k synthetic requests (ISL uniform 1000-3000, OSL 100-300, Poisson 60
 req/s, 8 prefix groups sharing half their blocks, written as a Mooncake trace with 512-token
@@ -105,7 +106,7 @@ def child_reference(args: argparse.Namespace) -> None:
         num_prefill_workers=2,
         num_decode_workers=2,
         router_mode="round_robin",
-        capture_per_request=True,  # the issue's invocation: per-request records, as we keep
+        capture_per_request=True,  # per-request records, as dmocker keeps them (like for like)
     )
     wall = time.perf_counter() - t0
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
@@ -121,10 +122,11 @@ def child_reference(args: argparse.Namespace) -> None:
 def write_trace(args: argparse.Namespace, path: str) -> None:
     """The synthetic workload as a Mooncake trace (integer-ms timestamps) for both replays."""
     sys.path.insert(0, ROOT)
+    from dmocker._atomic import AtomicFile
     from dmocker.replay.workload import NO_NEXT, SyntheticSpec, SyntheticWorkload
 
     w = SyntheticWorkload(SyntheticSpec(**_spec_kwargs(args)))  # type: ignore[arg-type]
-    with open(path, "w") as fh:
+    with AtomicFile(path) as fh:
         for start in w.session_starts():
             rid = start.request_id
             turn = w.load(rid)

@@ -16,7 +16,8 @@ import os
 import sys
 from typing import Sequence
 
-from dmocker.handoff.types import HandoffError
+from dmocker._accel import hot_path_label
+from dmocker.handoff import HandoffError
 from dmocker.replay.api import DEFAULT_SYNTHETIC, run as replay_run
 from dmocker.replay.events import DeadEndError, ReplayInvariantError
 from dmocker.replay.report import JsonValue, Report
@@ -115,8 +116,12 @@ def _fmt(value: JsonValue) -> str:
     return str(value)
 
 
-def render_summary(report: Report) -> str:
-    """The human summary table printed on stdout."""
+def render_summary(report: Report, *, hot_path: str | None = None) -> str:
+    """The human summary table printed on stdout.
+
+    Its first line names the hot path that ran (``hot_path``; default: this process's,
+    "compiled" or "pure Python"), which pip's quiet install does not show.
+    """
     s = report.summary
     rows: list[tuple[str, str]] = []
     for label, key in _TABLE:
@@ -131,8 +136,9 @@ def render_summary(report: Report) -> str:
         rows.append(("goodput_completed_requests", _fmt(s["goodput_completed_requests"])))
         rows.append(("goodput_request_throughput_rps", _fmt(s["goodput_request_throughput_rps"])))
     cfg = report.config
+    mode = hot_path if hot_path is not None else hot_path_label()
     head = (
-        f"dmocker replay: {cfg['engine']} {cfg['prefill_workers']}P+{cfg['decode_workers']}D, "
+        f"dmocker replay ({mode}): {cfg['engine']} {cfg['prefill_workers']}P+{cfg['decode_workers']}D, "
         f"{_workload_label(cfg)}"
     )
     width = max(len(k) for k, _ in rows)

@@ -6,18 +6,18 @@ import argparse
 
 from dmocker.cli.io import error
 from dmocker.handoff import HandoffOrder, SpecError, compile_table, load_spec
-from dmocker.handoff.table import Reject, Step
+from dmocker.handoff import Reject, Step
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("spec", help="validate or show the handoff protocol spec")
     sub = p.add_subparsers(dest="spec_command", required=True)
     v = sub.add_parser("validate", help="check a spec file (names, reachability, ways out, duplicates)")
-    v.add_argument("file", nargs="?", help="spec file (default: the bundled spec/handoff.json)")
+    v.add_argument("file", nargs="?", help="spec file (default: $DMOCKER_SPEC if set, else dmocker's spec/handoff.json)")
     v.set_defaults(func=run_validate)
     s = sub.add_parser("show", help="print the protocol of one order, region by region and rule by rule")
     s.add_argument("--order", choices=[o.value for o in HandoffOrder], default="source-first")
-    s.add_argument("--spec", help="spec file (default: the bundled one)")
+    s.add_argument("--spec", help="spec file (default: $DMOCKER_SPEC if set, else dmocker's spec/handoff.json)")
     s.add_argument("--table", action="store_true", help="also print every reachable product state")
     s.set_defaults(func=run_show)
 

@@ -1,4 +1,4 @@
-"""Mock vLLM worker: paged prefix cache, chunked prefill, LIFO preemption, handoff holds (§2.2, §4.2).
+"""Mock vLLM worker: paged prefix cache, chunked prefill, LIFO preemption, handoff holds.
 
 One pass (``start_pass``), as the reference's vLLM mock schedules it:
 
@@ -48,7 +48,7 @@ from typing import Hashable
 import numpy as np
 import numpy.typing as npt
 
-from dmocker.handoff.types import DestinationReserved, SourceHeld
+from dmocker.handoff import DestinationReserved, SourceHeld
 from dmocker.engines.block_pool import BlockPool, generated_block_ids
 from dmocker.engines.common import ceil_div, cut_point
 from dmocker.engines.handoff_base import NOOP, HandoffWorkerBase

@@ -1,13 +1,35 @@
-"""Public API of the handoff protocol: value types, the spec, and the coordinator.
+"""Public API of the handoff protocol: value types, the spec, the compiled table, the monitor and
+the coordinator.
 
-Drivers (replay, checker, conformance, user harnesses) import only from here.
+Drivers and consumers (replay, checker, Hypothesis kit, conformance, diagrams, CLI, benches)
+import only from here.  The modules that implement it are private by name (``_spec``,
+``_table``, ``_coordinator``, ...) and may change shape freely; a test fails if a consumer
+package imports one of them.
 """
 
-from dmocker.handoff.coordinator import HandoffCoordinator
-from dmocker.handoff.monitor import Monitor, StepEvent, Violation
-from dmocker.handoff.spec import ProtocolSpec, SpecError, load_spec
-from dmocker.handoff.table import CompiledTable, compile_table
-from dmocker.handoff.types import (
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dmocker.handoff._coordinator import HandoffCoordinator
+from dmocker.handoff._eventlog import EventLogWriter
+from dmocker.handoff._fair import DueFact, FairEnvironment, fair_environment
+from dmocker.handoff._monitor import InvariantError, Monitor, MonitorState, StepEvent, Violation
+from dmocker.handoff._registry import ACTION_CLASSES, FACT_CLASSES
+from dmocker.handoff._spec import (
+    OBSERVABLE_SIDES,
+    Invariant,
+    ProtocolSpec,
+    Region,
+    SpecError,
+    Transition,
+    default_spec_path,
+    derived,
+    load_spec,
+    success_outcomes,
+)
+from dmocker.handoff._table import STEP_TAG, CompiledTable, NotApplicable, Reject, Step, compile_table
+from dmocker.handoff._types import (
     Action,
     ActivateDestination,
     CancelDestination,
@@ -20,6 +42,7 @@ from dmocker.handoff.types import (
     Failed,
     HandoffError,
     HandoffErrorKind,
+    HandoffId,
     HandoffOrder,
     IssuedAction,
     Outcome,
@@ -36,7 +59,24 @@ from dmocker.handoff.types import (
     order_for_engine,
 )
 
+if TYPE_CHECKING:
+    from dmocker.handoff._machines import HandoffChart
+
+
+def build_chart(spec: ProtocolSpec, order: HandoffOrder) -> type[HandoffChart]:
+    """The python-statemachine chart class of ``order``, generated from the spec.
+
+    Imported on first use: python-statemachine is only needed by whoever builds a chart.
+    """
+    from dmocker.handoff._machines import build_chart as _build
+
+    return _build(spec, order)
+
+
 __all__ = [
+    "ACTION_CLASSES",
+    "FACT_CLASSES",
+    "OBSERVABLE_SIDES",
     "Action",
     "ActivateDestination",
     "CancelDestination",
@@ -46,30 +86,48 @@ __all__ = [
     "Complete",
     "Completion",
     "DestinationReserved",
+    "DueFact",
+    "EventLogWriter",
     "Fact",
+    "FairEnvironment",
     "Failed",
     "HandoffCoordinator",
     "HandoffError",
     "HandoffErrorKind",
+    "HandoffId",
     "HandoffOrder",
+    "Invariant",
+    "InvariantError",
     "IssuedAction",
     "Monitor",
+    "MonitorState",
+    "NotApplicable",
     "Outcome",
     "OutcomeKind",
     "ProtocolSpec",
+    "Region",
+    "Reject",
     "ReleaseSource",
     "ReserveDestination",
+    "STEP_TAG",
     "SourceHeld",
     "SpecError",
     "StartTransfer",
+    "Step",
     "StepEvent",
     "SubmitPrefill",
     "TimedOut",
     "TransferCompleted",
     "TransferTiming",
     "TransferTimingMode",
+    "Transition",
     "Violation",
+    "build_chart",
     "compile_table",
+    "default_spec_path",
+    "derived",
+    "fair_environment",
     "load_spec",
     "order_for_engine",
+    "success_outcomes",
 ]

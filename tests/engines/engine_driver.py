@@ -1,7 +1,7 @@
 """A tiny deterministic driver for engine tests: one prefill + one decode worker, the handoff
 done inline (SourceHeld -> reserve, DestinationReserved -> activate + release), no coordinator.
 
-It defers activate/release while the target worker is busy, as the runtime must (§2.7).
+It defers activate/release while the target worker is busy, as the runtime must.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-from dmocker.handoff.types import DestinationReserved, SourceHeld
+from dmocker.handoff import DestinationReserved, SourceHeld
 from dmocker.engines.interface import (
     CommandEffects,
     EngineRequest,

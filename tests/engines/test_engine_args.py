@@ -1,4 +1,4 @@
-"""EngineArgs: reference defaults (§4.1) and validation errors that name the field."""
+"""EngineArgs: the reference's defaults and validation errors that name the field."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from dmocker.handoff.types import TransferTimingMode
+from dmocker.handoff import TransferTimingMode
 from dmocker.engines.interface import Backend, EngineArgs, WorkerType, make_worker
 
 

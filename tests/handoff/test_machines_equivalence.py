@@ -1,6 +1,6 @@
 """The python-statemachine charts and the compiled table accept exactly the same inputs.
 
-Walks every reachable state of the table (BFS), positions a chart there by replaying the
+Walks every reachable state of the table (BFS), positions a chart there by re-running the
 shortest path, and compares every event: next state, emitted actions, observable logs,
 guards consulted, ignores and rejections (with their error kind).  By induction over the
 reachable graph both forms accept the same event sequences and emit the same actions.
@@ -13,8 +13,8 @@ from collections import deque
 import pytest
 
 from dmocker.handoff import HandoffError, HandoffOrder, load_spec
-from dmocker.handoff.machines import build_chart
-from dmocker.handoff.table import NotApplicable, Reject, Step, compile_table
+from dmocker.handoff import build_chart
+from dmocker.handoff import NotApplicable, Reject, Step, compile_table
 
 
 @pytest.mark.parametrize("order", list(HandoffOrder), ids=lambda o: o.value)

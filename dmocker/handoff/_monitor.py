@@ -25,7 +25,7 @@ then, per issued action in order, ``issue:A``, and right after an issued Complet
 ``complete:success`` or ``complete:canceled`` (the coordinator's ``completion`` after the step;
 ``complete:none`` if it has none — an API fault the driver reports on its own).
 
-Kinds (parameter shapes in :data:`dmocker.handoff.spec.INVARIANT_PARAMS`):
+Kinds (parameter shapes in :data:`dmocker.handoff._spec.INVARIANT_PARAMS`):
 
 - ``precedes`` (first, then): every ``then`` atom comes after some ``first`` atom;
 - ``precedes_all`` (first: list, then): after every atom of the list;
@@ -48,8 +48,8 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Hashable, Mapping, Sequence, TypeAlias
 
-from dmocker.handoff.spec import Invariant, ProtocolSpec, invariant_shape_problems
-from dmocker.handoff.types import (
+from dmocker.handoff._spec import Invariant, ProtocolSpec, invariant_shape_problems, load_spec
+from dmocker.handoff._types import (
     Complete,
     Completion,
     Fact,
@@ -60,7 +60,6 @@ from dmocker.handoff.types import (
 )
 
 __all__ = [
-    "DEFAULT_TERMINAL_FACTS",
     "InvariantError",
     "Monitor",
     "MonitorState",
@@ -72,7 +71,6 @@ __all__ = [
 MonitorState: TypeAlias = tuple[Hashable, ...]
 
 #: Terminal facts when a monitor is built without a spec (those of ``spec/handoff.json``).
-DEFAULT_TERMINAL_FACTS = ("Failed", "TimedOut", "Canceled")
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,12 +300,14 @@ class Monitor:
     """Evaluates a list of invariants over a coordinator's history; states are hashable tuples.
 
     Build it from a spec with :meth:`for_order` (the usual way), or from any list of
-    :class:`~dmocker.handoff.spec.Invariant` (tests, experiments).
+    :class:`~dmocker.handoff._spec.Invariant` (tests, experiments).
     """
 
-    def __init__(self, invariants: Sequence[Invariant], terminal_facts: Sequence[str] = DEFAULT_TERMINAL_FACTS) -> None:
+    def __init__(self, invariants: Sequence[Invariant], terminal_facts: Sequence[str] | None = None) -> None:
         self.invariants: tuple[Invariant, ...] = tuple(invariants)
-        self.terminal_facts: frozenset[str] = frozenset(terminal_facts)
+        #: the spec's terminal facts, in spec order (default: those of the loaded spec)
+        self.terminal_facts: tuple[str, ...] = tuple(terminal_facts) if terminal_facts is not None else load_spec().terminal_facts
+        self._terminal: frozenset[str] = frozenset(self.terminal_facts)
         steppers: list[_Stepper] = []
         inits: list[Hashable] = []
         for inv in self.invariants:
@@ -323,7 +323,7 @@ class Monitor:
     @classmethod
     def for_order(cls, spec: ProtocolSpec, order: HandoffOrder) -> Monitor:
         """The spec's invariants that apply to ``order``, with the spec's terminal facts."""
-        return cls(spec.invariants_for(order), tuple(f.name for f in spec.facts if f.terminal))
+        return cls(spec.invariants_for(order), spec.terminal_facts)
 
     @property
     def ids(self) -> tuple[str, ...]:
@@ -345,7 +345,7 @@ class Monitor:
                     name = type(fact).__name__
                     if ev.changed or ev.issued:
                         atoms.append("fact:" + name)
-                    if armed and name in self.terminal_facts:
+                    if armed and name in self._terminal:
                         atoms.append("fact_after_success:terminal")
                         armed = False
             elif ev.outcome is not None and ev.changed and ev.answered_action is not None:
