@@ -23,8 +23,8 @@ work left and no future event the run stops with a :class:`DeadEndError` naming 
 
 from __future__ import annotations
 
-import enum
 import heapq
+import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,11 +32,7 @@ from typing import IO, Final, cast
 
 from dmocker.handoff import (
     ActivateDestination,
-    CancelDestination,
-    CancelSource,
     Canceled,
-    Complete,
-    Completion,
     DestinationReserved,
     Fact,
     Failed,
@@ -54,13 +50,10 @@ from dmocker.handoff import (
     TimedOut,
     TransferCompleted,
 )
-from dmocker.handoff import FACT_CLASSES, EventLogWriter, load_spec, success_outcomes
+from dmocker.handoff import FACT_CLASSES, EventLogWriter, load_spec
 from dmocker.engines.hashing import block_hashes_from_trace, block_hashes_from_trace_batch
 from dmocker.engines.interface import (
-    CommandEffects,
-    CommandResult,
     EngineArgs,
-    EngineCommandError,
     EngineRequest,
     EngineWorker,
     LifecycleEvent,
@@ -68,35 +61,22 @@ from dmocker.engines.interface import (
     PassPlan,
 )
 
+from .actions import EXECUTORS, ActionExecution, executor_for
 from .collector import Collector, TerminalStatus
 from .events import DeadEndError, EventKind, EventQueue, ReplayInvariantError
-from .report import request_uuid, stable_json_line
+from .report import stable_json_line
 from .routing import RoundRobin, Router
+from .records import request_record
+from .request_state import Phase, Queued, RequestState, Stage
 from .workload import AdmissionQueue, ReadyTurn, Turn
+
+_Req = RequestState
+_Queued = Queued
 
 __all__ = ["Phase", "Stage", "DisaggRuntime", "RuntimeResult"]
 
 
-class Stage(enum.IntEnum):
-    PREFILL = 0
-    DECODE = 1
-
-
-class Phase(enum.Enum):
-    """The reference's DisaggPhase."""
-
-    AWAITING_DESTINATION = "awaiting_destination"
-    QUEUED_PREFILL = "queued_prefill"
-    RUNNING_PREFILL = "running_prefill"
-    TRANSFER_PENDING = "transfer_pending"
-    READY_DECODE = "ready_decode"
-    RUNNING_DECODE = "running_decode"
-    CLEANUP_PENDING = "cleanup_pending"
-    DONE = "done"
-
-
-_P: Final = 0  # index of the prefill pool in per-stage tuples
-_D: Final = 1  # index of the decode pool
+_D: Final = 1  # index of the decode pool in per-stage tuples
 
 
 _STAGES: Final = (Stage.PREFILL, Stage.DECODE)
@@ -113,84 +93,9 @@ _INJECT_CODES: Final[dict[type, int]] = {cls: i for i, cls in enumerate(_INJECT_
 # Enum members used on the per-action path, bound once: in Python 3.11 reading a member off
 # its class (``Phase.DONE``) costs ~5x a module global, and these run ~10 times per request.
 _DONE: Final = Phase.DONE
-_TRANSFER_PENDING: Final = Phase.TRANSFER_PENDING
-_READY_DECODE: Final = Phase.READY_DECODE
 _AWAITING_DESTINATION: Final = Phase.AWAITING_DESTINATION
-_PREFILL: Final = Stage.PREFILL
-_DECODE: Final = Stage.DECODE
 _DEST_FIRST: Final = HandoffOrder.DESTINATION_FIRST
-# The success acknowledgement of each action, read from the spec (its first allowed outcome).
-_OK: Final = success_outcomes(load_spec())
-_K_SCHEDULED: Final = _OK[StartTransfer.__name__]
-_K_ACTIVATED: Final = _OK[ActivateDestination.__name__]
-_K_APPLIED: Final = OutcomeKind.APPLIED
-_K_NOOP: Final = OutcomeKind.NOOP
 _K_FAILED: Final = OutcomeKind.FAILED
-_R_APPLIED: Final = CommandResult.APPLIED
-_R_NOOP: Final = CommandResult.NOOP
-_SUCCESS: Final = Completion.SUCCESS
-_CANCELED: Final = Completion.CANCELED
-_EV_TRANSFER: Final = EventKind.TRANSFER_COMPLETE
-# Per stage (_P, _D): what routing a SubmitPrefill / ReserveDestination sets and expects
-# (phase while routed, the engine's success result, the outcome acknowledged, error wording).
-_ACQUIRE: Final = (
-    (Phase.QUEUED_PREFILL, CommandResult.SUBMITTED, _OK[SubmitPrefill.__name__], "prefill submission"),
-    (Phase.AWAITING_DESTINATION, CommandResult.ACCEPTED, _OK[ReserveDestination.__name__], "destination reservation"),
-)
-
-
-class _Req:
-    """Mutable per-request runtime state; exists only while the request is in flight."""
-
-    __slots__ = (
-        "rid",
-        "turn",
-        "coord",
-        "phase",
-        "counted",
-        "prefill_worker",
-        "decode_worker",
-        "queued",
-        "engine_request",
-        "arrival_ms",
-        "first_admit_ms",
-        "prefill_admit_ms",
-        "source_held_ms",
-        "destination_reserved_ms",
-        "destination_activated_ms",
-        "decode_admit_ms",
-        "source_released_ms",
-        "prefill_reused",
-        "decode_reused",
-        "terminal_ms",
-        "held_tokens",
-    )
-
-    def __init__(self, turn: Turn, arrival_ms: float, coord: HandoffCoordinator, request: EngineRequest) -> None:
-        self.rid = turn.request_id
-        self.turn = turn
-        self.coord = coord
-        self.phase = Phase.QUEUED_PREFILL
-        self.counted = True
-        self.prefill_worker = -1
-        self.decode_worker = -1
-        self.queued = 0
-        self.engine_request = request
-        self.arrival_ms = arrival_ms
-        self.first_admit_ms: float | None = None
-        self.prefill_admit_ms: float | None = None
-        self.source_held_ms: float | None = None
-        self.destination_reserved_ms: float | None = None
-        self.destination_activated_ms: float | None = None
-        self.decode_admit_ms: float | None = None
-        self.source_released_ms: float | None = None
-        self.prefill_reused: int | None = None
-        self.decode_reused: int | None = None
-        self.terminal_ms: float | None = None
-        self.held_tokens: int | None = None
-
-
-_Queued = tuple[_Req, IssuedAction]
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +107,7 @@ class RuntimeResult:
     stale_transfers_pruned: int
 
 
-class DisaggRuntime:
+class DisaggRuntime(ActionExecution):
     """Drives one replay; build it, call :meth:`run`, then read ``collector``."""
 
     def __init__(
@@ -483,16 +388,16 @@ class DisaggRuntime:
         changed = False
         pending = self._pending
         popleft = pending.popleft
-        executors = _EXECUTORS
+        executors = EXECUTORS
         while pending:
             req, issued = popleft()
             req.queued -= 1
             if req.phase is _DONE:  # pragma: no cover - removed on retirement
                 continue
-            # One dict lookup on the action class (see _EXECUTORS); False = parked or deferred.
+            # One dict lookup on the action class (see actions.EXECUTORS); False = parked or deferred.
             execute = executors.get(type(issued.action))
             if execute is None:  # pragma: no cover - closed set
-                execute = _executor(issued)
+                execute = executor_for(issued)
             if execute(self, req, issued):
                 changed = True
         return changed
@@ -513,7 +418,7 @@ class DisaggRuntime:
                 w = workers[idx]
                 if w.busy:
                     continue  # its pass completion marks it dirty again
-                plan = w.start_pass(now, bulk)
+                plan = w.start_pass(now, bulk, self._quiet_until() if bulk and stage == _D else math.inf)
                 if plan is None:
                     continue
                 progress = changed = True
@@ -529,6 +434,19 @@ class DisaggRuntime:
                     self._events.push(plan.end_ms, EventKind.PASS_COMPLETION, (int(stage), idx),
                                       now if last is None else last)
         return changed
+
+    def _quiet_until(self) -> float:
+        """A hint for bulk runs: the earliest time something may reach a decode worker from
+        outside (the next arrival, transfer completion, injected fact or prefill pass
+        completion; decode pass completions only finish their own requests).  A run that
+        would be cut before a few passes is not worth computing; a hint only: whatever does
+        reach a worker cuts its run exactly (:meth:`_settle`)."""
+        t = self._admission.next_ready_time()
+        best = math.inf if t is None else t
+        for e in self._events.raw:
+            if e[0] < best and (e[1] != _PASS or e[3][0] != _D):
+                best = e[0]
+        return best
 
     def _settle(self, stage: int, idx: int) -> None:
         """Before anything touches worker ``idx`` of ``stage``: cut its bulk decode run (if
@@ -765,261 +683,12 @@ class DisaggRuntime:
         if writer is not None:
             writer.log(self.now_ms, req.coord, prev, event, fact, req.prefill_worker, req.decode_worker)
 
-    # ------------------------------------------------------------------ action execution
-
-    def _wake_deferred(self, stage: int, idx: int) -> None:
-        queued = self._deferred[stage].pop(idx, None)
-        if queued:
-            self._pending.extend(queued)
-
-    def _defer(self, req: _Req, issued: IssuedAction, stage: Stage, idx: int) -> bool:
-        self._deferred[stage].setdefault(idx, deque()).append((req, issued))
-        req.queued += 1
-        return False
-
-    def _park(self, req: _Req, issued: IssuedAction, stage: Stage) -> bool:
-        self._waiting[stage].append((req, issued))
-        req.queued += 1
-        return False
-
-    def _remove_actions(self, req: _Req) -> None:
-        """Drop every queued, parked or deferred action of a request that is being torn down."""
-        if not req.queued:
-            return
-
-        def keep(q: deque[_Queued]) -> None:
-            kept = [item for item in q if item[0] is not req]
-            q.clear()
-            q.extend(kept)
-
-        keep(self._pending)
-        for stage in (0, 1):
-            keep(self._waiting[stage])
-            d = self._deferred[stage]
-            for key in sorted(d):
-                keep(d[key])
-                if not d[key]:
-                    del d[key]
-        req.queued = 0
-
-    def _submit_prefill(self, req: _Req, issued: IssuedAction) -> bool:
-        return self._acquire(req, issued, _P)
-
-    def _reserve_destination(self, req: _Req, issued: IssuedAction) -> bool:
-        return self._acquire(req, issued, _D)
-
-    def _acquire(self, req: _Req, issued: IssuedAction, stage: int) -> bool:
-        """Route SubmitPrefill (prefill pool) or ReserveDestination (decode pool) and apply it.
-
-        The two commands differ only in the engine call, the phase, the expected result and the
-        worker field they set; everything else (park while the pool is empty, round robin, mark
-        the worker dirty, FAILED on a command error, acknowledge, forward lifecycle) is shared.
-        """
-        active = self._active[stage]
-        if not active:
-            return self._park(req, issued, _STAGES[stage])
-        phase, expected, ok, what = _ACQUIRE[stage]
-        req.phase = phase
-        idx = self._routers[stage].pick(req.rid, active)
-        self._settle(stage, idx)
-        self._dirty[stage][idx] = True
-        worker = self._workers[stage][idx]
-        try:
-            if stage == _P:
-                effects = worker.submit_handoff_prefill(req.rid, req.engine_request)
-            else:
-                effects = worker.reserve_destination(req.rid, req.engine_request)
-        except EngineCommandError as exc:
-            self._ack(req, issued, Outcome(_K_FAILED, str(exc)))
-            return True
-        if effects.result is not expected:
-            raise ReplayInvariantError(f"{what} of request {req.rid} returned {effects.result.value}")
-        if stage == _P:
-            req.prefill_worker = idx
-        else:
-            req.decode_worker = idx
-        self._ack_ok(req, issued, ok)
-        if effects.lifecycle:
-            self._lifecycle(effects.lifecycle)
-        return True
-
-    def _start_transfer(self, req: _Req, issued: IssuedAction) -> bool:
-        action = issued.action
-        assert isinstance(action, StartTransfer)
-        self._ack_ok(req, issued, _K_SCHEDULED)
-        req.phase = _TRANSFER_PENDING
-        if action.delay_ms > 0.0:
-            self._events.push(self.now_ms + action.delay_ms, _EV_TRANSFER, (0, req.rid), self.now_ms)
-        else:
-            self._fact(req, TransferCompleted(req.rid))
-        return True
-
-    def _activate_destination(self, req: _Req, issued: IssuedAction) -> bool:
-        idx = req.decode_worker
-        if idx < 0:
-            raise ReplayInvariantError(f"activation of request {req.rid} with no decode worker")
-        self._settle(_D, idx)
-        w = self._workers[_D][idx]
-        if w.busy:
-            return self._defer(req, issued, _DECODE, idx)
-        try:
-            self._dirty[_D][idx] = True
-            effects = w.activate_destination(req.rid)
-        except EngineCommandError as exc:
-            self._ack(req, issued, Outcome(_K_FAILED, str(exc)))
-            return True
-        if effects.result is not _R_APPLIED:
-            self._ack(req, issued, Outcome(_K_FAILED, "destination activation was not applied"))
-            return True
-        req.phase = _READY_DECODE
-        req.destination_activated_ms = self.now_ms
-        self._ack_ok(req, issued, _K_ACTIVATED)
-        if effects.lifecycle:
-            self._lifecycle(effects.lifecycle)
-        return True
-
-    def _release_source(self, req: _Req, issued: IssuedAction) -> bool:
-        if req.prefill_worker < 0:
-            raise ReplayInvariantError(f"release of request {req.rid} with no prefill worker")
-        return self._cleanup(req, issued, _PREFILL, req.prefill_worker, ReleaseSource)
-
-    def _cancel_source(self, req: _Req, issued: IssuedAction) -> bool:
-        if req.prefill_worker < 0:
-            self._ack_ok(req, issued, _K_NOOP)
-            return True
-        return self._cleanup(req, issued, _PREFILL, req.prefill_worker, CancelSource)
-
-    def _cancel_destination(self, req: _Req, issued: IssuedAction) -> bool:
-        if req.decode_worker < 0:
-            self._ack_ok(req, issued, _K_NOOP)
-            return True
-        return self._cleanup(req, issued, _DECODE, req.decode_worker, CancelDestination)
-
-    def _complete_action(self, req: _Req, issued: IssuedAction) -> bool:
-        self._complete(req)
-        return True
-
-    def _cleanup(
-        self,
-        req: _Req,
-        issued: IssuedAction,
-        stage: Stage,
-        idx: int,
-        cls: type[ReleaseSource] | type[CancelSource] | type[CancelDestination],
-    ) -> bool:
-        """Run one source/destination cleanup command on worker ``idx`` of ``stage``.
-
-        ReleaseSource, CancelSource and CancelDestination share the same shape (defer while the
-        worker is mid-pass, mark it dirty, run the command, acknowledge with the cleanup outcome,
-        forward lifecycle effects); only the engine command differs, so it is chosen here.
-        False when the action was deferred behind a busy worker.
-        """
-        self._settle(stage, idx)
-        w = self._workers[stage][idx]
-        if w.busy:
-            return self._defer(req, issued, stage, idx)
-        self._dirty[stage][idx] = True
-        if cls is ReleaseSource:
-            effects = w.release_source(req.rid)
-            req.source_released_ms = self.now_ms
-        elif cls is CancelSource:
-            effects = w.cancel_source(req.rid)
-        else:
-            effects = w.cancel_destination(req.rid)
-        # APPLIED or NOOP acknowledge as such; anything else is an engine bug.  Compared by
-        # identity, not looked up in a dict: hashing an enum member is a Python-level call.
-        result = effects.result
-        if result is _R_APPLIED:
-            self._ack_ok(req, issued, _K_APPLIED)
-        elif result is _R_NOOP:
-            self._ack_ok(req, issued, _K_NOOP)
-        else:
-            raise ReplayInvariantError(f"{cls.__name__} for request {req.rid} returned {result.value}")
-        if effects.lifecycle:
-            self._lifecycle(effects.lifecycle)
-        return True
-
-    def _complete(self, req: _Req) -> None:
-        completion = req.coord.completion
-        if completion is _SUCCESS:
-            self._routers[_P].on_request_done(req.rid)
-            self._retire(req)
-        elif completion is _CANCELED:
-            if self.collector.on_terminal(req.rid, TerminalStatus.CANCELED, self.now_ms):
-                req.terminal_ms = self.now_ms
-            if req.counted:
-                self._finish_logical(req, remove_actions=True)
-            else:
-                self._remove_actions(req)
-                self._retire(req)
-        else:
-            raise ReplayInvariantError(f"request {req.rid}: Complete without a completion")
-
     # ------------------------------------------------------------------ records
 
     def _write_record(self, req: _Req) -> None:
         out = self._records
         assert out is not None
-        c = self.collector
-        rid = req.rid
-        n, first_ms, second_ms, last_ms = c.output_of(rid)  # settled (lazy lockstep cohorts)
-        first = first_ms if n > 0 else None
-        last = last_ms if n > 0 else None
-        second = second_ms if n > 1 else None
-        status = TerminalStatus(int(c.status[rid]))
-        completed = status is TerminalStatus.COMPLETED
-        rec: dict[str, object] = {
-            "request_id": rid,
-            "uuid": request_uuid(rid),
-            "session_index": req.turn.session_index,
-            "turn_index": req.turn.turn_index,
-            "arrival_time_ms": req.arrival_ms,
-            "first_admit_ms": req.first_admit_ms,
-            "terminal_time_ms": req.terminal_ms,
-            "first_token_ms": first,
-            "last_token_ms": last,
-            "ttft_ms": (first - req.arrival_ms) if first is not None and completed else None,
-            "ttst_ms": (second - first) if second is not None and first is not None and completed else None,
-            "e2e_latency_ms": (last - req.arrival_ms) if last is not None and completed else None,
-            "itl_ms": ((last - first) / (n - 1)) if n > 1 and last is not None and first is not None else None,
-            "input_length": req.turn.input_length,
-            "requested_output_length": req.turn.output_length,
-            "output_length": n,
-            "reused_input_tokens": int(c.reused[rid]),
-            "prefill_worker_idx": req.prefill_worker if req.prefill_worker >= 0 else None,
-            "decode_worker_idx": req.decode_worker if req.decode_worker >= 0 else None,
-            "prefill_admit_ms": req.prefill_admit_ms,
-            "source_held_ms": req.source_held_ms,
-            "destination_reserved_ms": req.destination_reserved_ms,
-            "destination_activated_ms": req.destination_activated_ms,
-            "decode_admit_ms": req.decode_admit_ms,
-            "source_released_ms": req.source_released_ms,
-            "prefill_reused_input_tokens": req.prefill_reused,
-            "decode_reused_input_tokens": req.decode_reused,
-            "terminal_status": status.label,
-        }
-        out.write(stable_json_line(rec))
-
-
-_Executor = Callable[[DisaggRuntime, _Req, IssuedAction], bool]
-# Action class -> the runtime method that executes it (the dispatch of _drive_actions).
-_EXECUTORS: Final[dict[type, _Executor]] = {
-    SubmitPrefill: DisaggRuntime._submit_prefill,
-    ReserveDestination: DisaggRuntime._reserve_destination,
-    StartTransfer: DisaggRuntime._start_transfer,
-    ActivateDestination: DisaggRuntime._activate_destination,
-    ReleaseSource: DisaggRuntime._release_source,
-    CancelSource: DisaggRuntime._cancel_source,
-    CancelDestination: DisaggRuntime._cancel_destination,
-    Complete: DisaggRuntime._complete_action,
-}
-
-
-def _executor(issued: IssuedAction) -> _Executor:
-    execute = _EXECUTORS.get(type(issued.action))
-    if execute is None:  # pragma: no cover - closed set
-        raise ReplayInvariantError(f"unknown action {issued.action!r}")
-    return execute
+        out.write(stable_json_line(request_record(req, self.collector)))
 
 
 def admission_block_size(admission: AdmissionQueue) -> int:
