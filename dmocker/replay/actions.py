@@ -83,8 +83,11 @@ class ActionExecution:
         _waiting: tuple[deque[Queued], deque[Queued]]
         _deferred: tuple[dict[int, deque[Queued]], dict[int, deque[Queued]]]
         _dirty: tuple[list[bool], list[bool]]
+        _acquire_hooks: dict[int, Callable[[], bool]]
+        _pool_gone: list[bool]
 
         def _settle(self, stage: int, idx: int) -> None: ...
+        def _acquire_fails(self, req: RequestState, issued: IssuedAction, stage: int) -> bool: ...
         def _lifecycle(self, events: tuple[LifecycleEvent, ...]) -> None: ...
         def _finish_logical(self, req: RequestState, *, remove_actions: bool) -> None: ...
         def _retire(self, req: RequestState) -> None: ...
@@ -141,12 +144,18 @@ class ActionExecution:
         worker field they set; everything else (park while the pool is empty, round robin, mark
         the worker dirty, FAILED on a command error, acknowledge, forward lifecycle) is shared.
         """
+        if self._acquire_hooks and self._acquire_fails(req, issued, stage):
+            return True
         active = self._active[stage]
         if not active:
+            if self._pool_gone[stage]:  # crashed for good: the request cannot be served
+                self._ack(req, issued, Outcome(_K_FAILED, f"no {_STAGES[stage].name.lower()} worker left"))
+                return True
             return self._park(req, issued, _STAGES[stage])
         phase, expected, ok, what = _ACQUIRE[stage]
         req.phase = phase
         idx = self._routers[stage].pick(req.rid, active)
+        req.routed |= stage + 1
         self._settle(stage, idx)
         self._dirty[stage][idx] = True
         worker = self._workers[stage][idx]
@@ -269,6 +278,7 @@ class ActionExecution:
         completion = req.coord.completion
         if completion is _SUCCESS:
             self._routers[_P].on_request_done(req.rid)
+            req.routed &= 2
             self._retire(req)
         elif completion is _CANCELED:
             if self.collector.on_terminal(req.rid, TerminalStatus.CANCELED, self.now_ms):

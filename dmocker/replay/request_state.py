@@ -56,6 +56,7 @@ class RequestState:
         "decode_reused",
         "terminal_ms",
         "held_tokens",
+        "routed",
     )
 
     def __init__(self, turn: Turn, arrival_ms: float, coord: HandoffCoordinator, request: EngineRequest) -> None:
@@ -80,6 +81,7 @@ class RequestState:
         self.decode_reused: int | None = None
         self.terminal_ms: float | None = None
         self.held_tokens: int | None = None
+        self.routed = 0  # bit 1: the prefill router holds it, bit 2: the decode router does
 
 
 Queued = tuple[RequestState, IssuedAction]
