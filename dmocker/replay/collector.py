@@ -16,6 +16,13 @@ requests that join or leave; ``tokens`` and ``last_token`` of the other members 
 ("settled") only when somebody reads them: :meth:`Collector.settle` for one request,
 the ``tokens`` / ``last_token`` properties for all, or a pass of that worker that is not a
 continuation of the cohort (which settles and drops it, then takes the general path).
+
+Bulk decode runs: a completion may cover a run of passes of one batch
+(``PassCompletion.run_times``); its first pass takes the general path, the others are applied at
+once (token counts, last token time, second token times, one weighted gap per pass).  Weighted
+gaps are staged with their weights and folded in bulk; the sketches' sums are exact
+(:class:`~dmocker.replay.exact_sum.ExactSum`), so neither the folding nor the order in which
+workers' runs arrive changes a digit.
 """
 
 from __future__ import annotations
