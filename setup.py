@@ -30,6 +30,8 @@ COMPILED = [
     "dmocker/engines/vllm.py",
     "dmocker/replay/collector.py",
     "dmocker/replay/exact_sum.py",
+    "dmocker/replay/routing/kv_index.py",
+    "dmocker/replay/routing/queue.py",
     "dmocker/replay/workload/admission.py",
     "dmocker/replay/workload/synthetic.py",
 ]

@@ -79,10 +79,11 @@ def child_dmocker(args: argparse.Namespace) -> None:
     c0 = time.process_time()
     if args.trace:
         report = run(args.trace, prefill_workers=2, decode_workers=2, per_request=records,
-                     **_engine_kwargs(args))  # type: ignore[arg-type]
+                     router=args.router, **_engine_kwargs(args))  # type: ignore[arg-type]
     else:
         report = run(synthetic=SyntheticSpec(**_spec_kwargs(args)), per_request=records,  # type: ignore[arg-type]
-                     prefill_workers=2, decode_workers=2, **_engine_kwargs(args))  # type: ignore[arg-type]
+                     prefill_workers=2, decode_workers=2, router=args.router,
+                     **_engine_kwargs(args))  # type: ignore[arg-type]
     wall = time.perf_counter() - t0
     if records is not None:
         os.remove(records)
@@ -105,7 +106,7 @@ def child_reference(args: argparse.Namespace) -> None:
         decode_engine_args={"engine": {**engine, "worker_type": "decode"}},
         num_prefill_workers=2,
         num_decode_workers=2,
-        router_mode="round_robin",
+        router_mode="kv_router" if args.router == "kv" else "round_robin",
         capture_per_request=True,  # per-request records, as dmocker keeps them (like for like)
     )
     wall = time.perf_counter() - t0
@@ -142,6 +143,7 @@ def _run_child(python: str, role: str, args: argparse.Namespace, trace: str | No
         cmd += ["--block-size", str(args.block_size)]
     if trace:
         cmd += ["--trace", trace]
+    cmd += ["--router", args.router]
     if args.records:
         cmd += ["--records"]
     env = {**os.environ, "DYN_LOG": "error"}
@@ -325,6 +327,8 @@ def main() -> None:
                    "to DIR and print their md5s")
     p.add_argument("--records", action="store_true",
                    help="dmocker also writes its per-request records (JSONL, to a temp file)")
+    p.add_argument("--router", choices=["round-robin", "kv"], default="round-robin",
+                   help="both replays route round robin (default) or KV-aware (reference: kv_router)")
     p.add_argument("--child", choices=["dmocker", "reference"], help=argparse.SUPPRESS)
     p.add_argument("--child-workload", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -344,7 +348,7 @@ def main() -> None:
         side_by_side(args)
         return
 
-    label = f"{args.engine}{'' if args.block_size is None else f' block {args.block_size}'} 2P+2D round robin"
+    label = f"{args.engine}{'' if args.block_size is None else f' block {args.block_size}'} 2P+2D {args.router}"
     if args.reference is None:
         res = _run_child(sys.executable, "dmocker", args, None)
         wall = float(res["wall_s"])  # type: ignore[arg-type]

@@ -26,6 +26,8 @@ from dmocker.replay.faults import FaultPlan, parse_worker_crash
 from dmocker.replay.report import JsonValue, Report
 from dmocker.replay.workload import WorkloadError
 
+from .routing_flags import add_router_arguments, router_kwargs
+
 __all__ = ["add_parser", "configure", "run", "main", "render_summary"]
 
 
@@ -99,6 +101,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     f.add_argument("--coordinator", metavar="MODULE:CLASS",
                    help="drive every handoff with this class (the public coordinator API, as for dmocker check)")
     f.add_argument("--scenario", metavar="SCENARIO_JSON", help="re-run a scenario saved by dmocker fuzz exactly")
+    add_router_arguments(parser)
     o = parser.add_argument_group("output")
     o.add_argument("--out", metavar="REPORT_JSON", help="write {summary, config} here")
     o.add_argument("--per-request", metavar="RECORDS_JSONL", help="write one record per request here")
@@ -162,6 +165,7 @@ def render_summary(report: Report, *, hot_path: str | None = None) -> str:
     head = (
         f"dmocker replay ({mode}): {cfg['engine']} {cfg['prefill_workers']}P+{cfg['decode_workers']}D, "
         f"{_workload_label(cfg)}"
+        + (f", router {cfg['router']}" if cfg.get("router", "round_robin") != "round_robin" else "")
     )
     width = max(len(k) for k, _ in rows)
     lines = [head, "-" * len(head)]
@@ -212,6 +216,7 @@ def run(args: argparse.Namespace) -> int:
     progress = not args.quiet and sys.stderr.isatty()
     try:
         faults = _fault_plan(args)
+        router, router_config = router_kwargs(args)
         report = replay_run(
             args.trace,
             synthetic=args.synthetic,
@@ -248,6 +253,8 @@ def run(args: argparse.Namespace) -> int:
             progress=progress,
             faults=faults,
             coordinator=args.coordinator,
+            router=router,
+            router_config=router_config,
         )
     except (DeadEndError, ReplayInvariantError, HandoffError) as exc:
         print(f"dmocker replay: failed: {exc}", file=sys.stderr)

@@ -10,6 +10,7 @@ from .api import DEFAULT_SYNTHETIC, run
 from .collector import TerminalStatus
 from .events import DeadEndError, ReplayInvariantError
 from .report import Report, SlaThresholds
+from .routing import BaseRouter, QueuePolicy, Router, RouterConfig, RouterContext, RouterError
 from .workload import MooncakeTrace, SyntheticSpec, SyntheticWorkload, WorkloadError
 
 __all__ = [
@@ -17,6 +18,12 @@ __all__ = [
     "DeadEndError",
     "MooncakeTrace",
     "ReplayInvariantError",
+    "BaseRouter",
+    "QueuePolicy",
+    "Router",
+    "RouterConfig",
+    "RouterContext",
+    "RouterError",
     "Report",
     "SlaThresholds",
     "SyntheticSpec",

@@ -35,7 +35,7 @@ from dmocker.engines.interface import CommandResult, EngineCommandError, EngineW
 from .collector import Collector, TerminalStatus
 from .events import EventKind, EventQueue, ReplayInvariantError
 from .request_state import Phase, Queued, RequestState, Stage
-from .routing import Router
+from .routing import Router, RouterError
 
 __all__ = ["ActionExecution", "EXECUTORS", "executor_for"]
 
@@ -85,9 +85,15 @@ class ActionExecution:
         _dirty: tuple[list[bool], list[bool]]
         _acquire_hooks: dict[int, Callable[[], bool]]
         _pool_gone: list[bool]
+        _held: tuple[dict[int, Queued], dict[int, Queued]]
+        _kv_feed: bool
+        _route_signals: bool
+        _route_overlap: tuple[dict[int, int], dict[int, int]] | None
 
         def _settle(self, stage: int, idx: int) -> None: ...
         def _acquire_fails(self, req: RequestState, issued: IssuedAction, stage: int) -> bool: ...
+        def _free_route(self, stage: int, rid: int) -> None: ...
+        def _unhold(self, stage: int, req: RequestState) -> None: ...
         def _lifecycle(self, events: tuple[LifecycleEvent, ...]) -> None: ...
         def _finish_logical(self, req: RequestState, *, remove_actions: bool) -> None: ...
         def _retire(self, req: RequestState) -> None: ...
@@ -123,6 +129,7 @@ class ActionExecution:
 
         keep(self._pending)
         for stage in (0, 1):
+            self._held[stage].pop(req.rid, None)
             keep(self._waiting[stage])
             d = self._deferred[stage]
             for key in sorted(d):
@@ -152,10 +159,23 @@ class ActionExecution:
                 self._ack(req, issued, Outcome(_K_FAILED, f"no {_STAGES[stage].name.lower()} worker left"))
                 return True
             return self._park(req, issued, _STAGES[stage])
-        phase, expected, ok, what = _ACQUIRE[stage]
-        req.phase = phase
-        idx = self._routers[stage].pick(req.rid, active)
+        req.phase = _ACQUIRE[stage][0]
+        idx = self._routers[stage].route(req.engine_request, self.now_ms)
         req.routed |= stage + 1
+        if idx is None:  # held in the router's queue until a notification releases it
+            self._held[stage][req.rid] = (req, issued)
+            req.queued += 1
+            return False
+        return self._dispatch(req, issued, stage, idx)
+
+    def _dispatch(self, req: _Req, issued: IssuedAction, stage: int, idx: int) -> bool:
+        """Apply a routed SubmitPrefill / ReserveDestination on worker ``idx`` and acknowledge it."""
+        if type(idx) is not int or idx not in self._active[stage]:
+            raise RouterError(
+                f"router of the {_STAGES[stage].name.lower()} pool returned worker {idx!r} for request "
+                f"{req.rid}, not one of the pool's workers {self._active[stage]}"
+            )
+        _, expected, ok, what = _ACQUIRE[stage]
         self._settle(stage, idx)
         self._dirty[stage][idx] = True
         worker = self._workers[stage][idx]
@@ -171,8 +191,12 @@ class ActionExecution:
             raise ReplayInvariantError(f"{what} of request {req.rid} returned {effects.result.value}")
         if stage == _P:
             req.prefill_worker = idx
+            if self._kv_feed and effects.kv_events:
+                self._routers[_P].on_kv_events(idx, effects.kv_events, self.now_ms)
         else:
             req.decode_worker = idx
+        if self._route_overlap is not None:
+            self._route_overlap[stage][req.rid] = self._routers[stage].overlap_tokens(req.rid)
         self._ack_ok(req, issued, ok)
         if effects.lifecycle:
             self._lifecycle(effects.lifecycle)
@@ -220,12 +244,14 @@ class ActionExecution:
 
     def _cancel_source(self, req: _Req, issued: IssuedAction) -> bool:
         if req.prefill_worker < 0:
+            self._unhold(_P, req)
             self._ack_ok(req, issued, _K_NOOP)
             return True
         return self._cleanup(req, issued, _PREFILL, req.prefill_worker, CancelSource)
 
     def _cancel_destination(self, req: _Req, issued: IssuedAction) -> bool:
         if req.decode_worker < 0:
+            self._unhold(_D, req)
             self._ack_ok(req, issued, _K_NOOP)
             return True
         return self._cleanup(req, issued, _DECODE, req.decode_worker, CancelDestination)
@@ -270,6 +296,8 @@ class ActionExecution:
             self._ack_ok(req, issued, _K_NOOP)
         else:
             raise ReplayInvariantError(f"{cls.__name__} for request {req.rid} returned {result.value}")
+        if self._kv_feed and stage == _P and effects.kv_events:
+            self._routers[_P].on_kv_events(idx, effects.kv_events, self.now_ms)
         if effects.lifecycle:
             self._lifecycle(effects.lifecycle)
         return True
@@ -277,10 +305,13 @@ class ActionExecution:
     def _complete(self, req: _Req) -> None:
         completion = req.coord.completion
         if completion is _SUCCESS:
-            self._routers[_P].on_request_done(req.rid)
+            self._free_route(_P, req.rid)
             req.routed &= 2
             self._retire(req)
         elif completion is _CANCELED:
+            if self._route_signals:  # cancellation frees (or unqueues) both routes
+                self._free_route(_P, req.rid)
+                self._free_route(_D, req.rid)
             if self.collector.on_terminal(req.rid, TerminalStatus.CANCELED, self.now_ms):
                 req.terminal_ms = self.now_ms
             if req.counted:

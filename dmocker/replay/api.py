@@ -22,6 +22,7 @@ from dmocker.engines.interface import Backend, EngineArgs, EngineWorker, WorkerT
 
 from .collector import Collector
 from .report import JsonValue, Report, SlaThresholds, build_summary
+from .routing import Pool, RouterConfig, RouterContext, parse_router
 from .runtime import DisaggRuntime
 from . import end_of_run as _end
 from .faults import FaultPlan
@@ -148,6 +149,8 @@ def run(
     faults: FaultPlan | None = None,
     coordinator: str | Callable[..., object] | None = None,
     workload: Workload | None = None,
+    router: str = "round-robin",
+    router_config: RouterConfig | None = None,
 ) -> Report:
     """Replay a Mooncake trace (``trace``) or a synthetic workload and return the Report.
 
@@ -165,6 +168,9 @@ def run(
     is any :class:`~dmocker.replay.workload.Workload` (fuzz scenarios), instead of a trace or
     ``synthetic``.  End-of-run invariants are always checked (:mod:`dmocker.replay.invariants`):
     the summary says ``invariants_ok`` and lists what broke.
+    ``router`` picks both pools' routing: ``"round-robin"`` (default), ``"kv"`` (the KV-aware
+    router, tuned by ``router_config``) or ``"MODULE:CLASS"`` (a user class implementing
+    :class:`dmocker.replay.routing.Router`).
     Raises ``ValueError`` (``WorkloadError`` for trace problems) on bad input.
     """
     started = time.perf_counter()
@@ -212,6 +218,10 @@ def run(
     except TypeError as exc:
         raise ValueError(f"bad engine argument: {exc}") from None
     order: HandoffOrder = order_for_engine(prefill_args.backend.value)
+    router_spec = parse_router(router)
+    if router_config is not None and not isinstance(router_config, RouterConfig):
+        raise ValueError(f"router_config must be a RouterConfig, got {type(router_config).__name__}")
+    routing = (router_config or RouterConfig()).validate()
 
     # ---- workload ----------------------------------------------------------------------------
     workload_config: dict[str, JsonValue]
@@ -272,7 +282,7 @@ def run(
         "decode_workers": decode_workers,
         "prefill_engine_args": _args_json(prefill_args),
         "decode_engine_args": _args_json(decode_args),
-        "router": "round_robin",
+        "router": router_spec.mode,
         "mode": "trace" if max_in_flight is None else "concurrency",
         "max_in_flight": max_in_flight,
         "max_sim_time_ms": max_sim_time_ms,
@@ -282,9 +292,18 @@ def run(
         "seed": seed,
         "workload": workload_config,
     }
+    if router_spec.mode != "round_robin":
+        config["router_config"] = dict(routing.as_json())
 
     # ---- run ---------------------------------------------------------------------------------
-    p_workers: list[EngineWorker] = [make_worker(prefill_args, i) for i in range(prefill_workers)]
+    routers = tuple(
+        router_spec.build(RouterContext(pool, seed, args.page_tokens, args.max_num_batched_tokens), routing)
+        for pool, args in ((Pool.PREFILL, prefill_args), (Pool.DECODE, decode_args))
+    )
+    kv_feed = routers[0].wants_kv_events
+    p_workers: list[EngineWorker] = [
+        make_worker(prefill_args, i, record_kv_events=kv_feed) for i in range(prefill_workers)
+    ]
     d_workers: list[EngineWorker] = [make_worker(decode_args, i) for i in range(decode_workers)]
     collector = Collector(workload.num_requests)
     records_w = AtomicFile(per_request) if per_request is not None else None
@@ -312,11 +331,16 @@ def run(
             on_retired=retired if (bar is not None or on_retired is not None) else None,
             bulk=bulk,
             coordinator_factory=hooks.factory,
+            prefill_router=routers[0],
+            decode_router=routers[1],
         )
         hooks.attach(runtime)
         result = hooks.run(runtime)
         runtime.write_incomplete_records()
         summary = build_summary(collector, handoff_order=order.value, sla=sla)
+        if router_spec.mode != "round_robin":
+            summary["router_mode"] = router_spec.mode
+            summary.update(runtime.routing_summary())
     except BaseException:
         for w in (records_w, events_w):
             if w is not None:

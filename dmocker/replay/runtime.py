@@ -26,7 +26,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import IO, Final, cast
 
@@ -65,7 +65,8 @@ from .actions import _ACQUIRE, EXECUTORS, ActionExecution, executor_for
 from .collector import Collector, TerminalStatus
 from .events import DeadEndError, EventKind, EventQueue, ReplayInvariantError
 from .report import stable_json_line
-from .routing import RoundRobin, Router
+from .routing import RoundRobin, Router, RouterError
+from .routing.protocol import Admission
 from .records import request_record
 from .request_state import Phase, Queued, RequestState, Stage
 from .workload import AdmissionQueue, ReadyTurn, Turn
@@ -153,6 +154,19 @@ class DisaggRuntime(ActionExecution):
             list(range(len(decode_workers))),
         )
         self._routers: tuple[Router, Router] = (prefill_router or RoundRobin(), decode_router or RoundRobin())
+        # ---- routing hook (dmocker.replay.routing): requests a router holds in its queue, the
+        # overlap each routed request saw (records), and whether the routers need the signals
+        # round robin ignores (prefill completion, KV events).
+        self._held: tuple[dict[int, _Queued], dict[int, _Queued]] = ({}, {})
+        self._route_signals = not all(type(r) is RoundRobin for r in self._routers)
+        self._kv_feed = self._routers[0].wants_kv_events
+        self._route_overlap: tuple[dict[int, int], dict[int, int]] | None = (
+            ({}, {}) if self._route_signals else None
+        )
+        self._pool_reuse = [0, 0, 0]  # completed: prefill reused, decode reused, input tokens
+        for stage, pool in enumerate(self._workers):
+            for idx in range(len(pool)):
+                self._routers[stage].add_worker(idx, 0.0)
         self._order = order
         self._block_size = prefill_args.page_tokens
         self._trace_block = admission_block_size(admission)
@@ -314,6 +328,8 @@ class DisaggRuntime(ActionExecution):
             and not self._pending
             and not self._waiting[0]
             and not self._waiting[1]
+            and not self._held[0]
+            and not self._held[1]
             and self._admission.is_drained()
         )
 
@@ -440,6 +456,8 @@ class DisaggRuntime(ActionExecution):
                 progress = changed = True
                 if plan.admissions:
                     self._on_pass_start(stage, plan)
+                if plan.pass_start_kv_events and self._kv_feed and stage == _P:
+                    self._routers[_P].on_kv_events(idx, plan.pass_start_kv_events, now)
                 if plan.end_ms <= now:
                     completion = w.finish_pass()
                     dirty[idx] = True
@@ -529,6 +547,8 @@ class DisaggRuntime(ActionExecution):
         now = self.now_ms
         if stage == Stage.PREFILL:
             self._source_output_tokens += int(done.emitted.shape[0])
+            if self._route_signals:
+                self._prefill_pass_routing(done, idx)
             for rid in done.rejected:
                 req = live.get(rid)
                 if req is None:
@@ -551,7 +571,7 @@ class DisaggRuntime(ActionExecution):
                 continue
             if self.collector.on_terminal(rid, TerminalStatus.COMPLETED, now):
                 req.terminal_ms = now
-            self._routers[_D].on_request_done(rid)
+            self._free_route(_D, rid)
             req.routed &= 1
             self._finish_logical(req, remove_actions=False)
         for rid in done.rejected:
@@ -560,6 +580,7 @@ class DisaggRuntime(ActionExecution):
                 continue
             if self.collector.on_terminal(rid, TerminalStatus.REJECTED, now):
                 req.terminal_ms = now
+            self._free_route(_D, rid)
             self._finish_logical(req, remove_actions=False)
         if done.lifecycle:
             self._lifecycle(done.lifecycle)
@@ -643,6 +664,8 @@ class DisaggRuntime(ActionExecution):
         if self._acquire_hooks:
             self._acquire_hooks.pop(req.rid, None)
         del self._live[req.rid]
+        if self._route_overlap is not None:
+            self._route_retired(req)
         if self._records is not None:
             self._write_record(req)
         if self._on_retired is not None:
@@ -684,6 +707,7 @@ class DisaggRuntime(ActionExecution):
         self._workers[stage][idx] = replacement
         self._dirty[stage][idx] = False
         self._wake_deferred(stage, idx)
+        self.route_topology_changed(stage, idx, added=False)
         out: list[int] = []
         for rid in sorted(self._live):
             r = self._live[rid]
@@ -700,6 +724,7 @@ class DisaggRuntime(ActionExecution):
             active.append(idx)
             active.sort()
         self._dirty[stage][idx] = True
+        self.route_topology_changed(stage, idx, added=True)
         parked = self._waiting[stage]
         if parked:
             self._pending.extend(parked)
@@ -745,11 +770,11 @@ class DisaggRuntime(ActionExecution):
         return sum(bin(r.routed).count("1") for r in self._live.values())
 
     def _release_routes(self, req: _Req) -> None:
-        if req.routed & 1:
-            self._routers[_P].on_request_done(req.rid)
-        if req.routed & 2:
-            self._routers[_D].on_request_done(req.rid)
-        req.routed = 0
+        routed, req.routed = req.routed, 0
+        if routed & 1:
+            self._free_route(_P, req.rid)
+        if routed & 2:
+            self._free_route(_D, req.rid)
 
     # ------------------------------------------------------------------ coordinator I/O
 
@@ -807,12 +832,89 @@ class DisaggRuntime(ActionExecution):
         if writer is not None:
             writer.log(self.now_ms, req.coord, prev, event, fact, req.prefill_worker, req.decode_worker)
 
+    # ------------------------------------------------------------------ routing hook
+
+    def _free_route(self, stage: int, rid: int) -> None:
+        released = self._routers[stage].on_free(rid, self.now_ms)
+        if released:
+            self._admit(stage, released)
+
+    def _unhold(self, stage: int, req: _Req) -> None:
+        """A request still held by its router is canceled: drop it from the router's queue."""
+        if self._held[stage].pop(req.rid, None) is not None:
+            req.queued -= 1
+            self._free_route(stage, req.rid)
+
+    def _admit(self, stage: int, released: Sequence[Admission]) -> None:
+        """Dispatch the requests a router released from its queue, in its order."""
+        held = self._held[stage]
+        for rid, idx in released:
+            item = held.pop(rid, None)
+            if item is None:
+                raise RouterError(
+                    f"router of the {_STAGES[stage].name.lower()} pool released request {rid}, "
+                    "which it does not hold"
+                )
+            req, issued = item
+            req.queued -= 1
+            self._dispatch(req, issued, stage, idx)
+
+    def route_topology_changed(self, stage: int, worker: int, *, added: bool) -> None:
+        """Tell a pool's router that ``worker`` joined (``added``) or left it; dispatch what it releases.
+
+        For scaling (a planner): call after updating the pool's active worker list.
+        """
+        router = self._routers[stage]
+        if added:
+            released = router.add_worker(worker, self.now_ms)
+        else:
+            released = router.remove_worker(worker, self.now_ms)
+        if released:
+            self._admit(stage, released)
+
+    def _prefill_pass_routing(self, done: PassCompletion, idx: int) -> None:
+        """Prefill pass end: KV events (SGLang's become visible here), then prefill completions."""
+        router = self._routers[_P]
+        now = self.now_ms
+        if self._kv_feed and done.kv_events:
+            router.on_kv_events(idx, done.kv_events, now)
+        rejected = done.rejected
+        for rid in done.emitted.tolist():
+            if rid in rejected:
+                continue
+            released = router.on_prefill_complete(rid, now)
+            if released:
+                self._admit(_P, released)
+
+    def _route_retired(self, req: _Req) -> None:
+        rid = req.rid
+        if self._records is None and self._route_overlap is not None:  # nobody will read them
+            self._route_overlap[_P].pop(rid, None)
+            self._route_overlap[_D].pop(rid, None)
+        if TerminalStatus(int(self.collector.status[rid])) is TerminalStatus.COMPLETED:
+            reuse = self._pool_reuse
+            reuse[0] += req.prefill_reused or 0
+            reuse[1] += req.decode_reused or 0
+            reuse[2] += req.turn.input_length
+
+    def routing_summary(self) -> dict[str, float]:
+        """Prefix reuse per pool over completed requests (routers other than round robin)."""
+        p, d, total = self._pool_reuse
+        return {
+            "prefill_prefix_cache_reused_ratio": p / total if total else 0.0,
+            "decode_prefix_cache_reused_ratio": d / total if total else 0.0,
+        }
+
     # ------------------------------------------------------------------ records
 
     def _write_record(self, req: _Req) -> None:
         out = self._records
         assert out is not None
-        out.write(stable_json_line(request_record(req, self.collector)))
+        rec = request_record(req, self.collector)
+        if self._route_overlap is not None:  # routed by something other than round robin
+            rec["prefill_route_overlap_tokens"] = self._route_overlap[_P].pop(req.rid, 0)
+            rec["decode_route_overlap_tokens"] = self._route_overlap[_D].pop(req.rid, 0)
+        out.write(stable_json_line(rec))
 
 
 def admission_block_size(admission: AdmissionQueue) -> int:

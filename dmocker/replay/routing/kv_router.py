@@ -1,0 +1,254 @@
+"""The reference's KV-aware router for one pool: prefix overlap credit against active load.
+
+Behaviour of Dynamo 1.6.1's offline ``kv_router`` mode (``ai-dynamo/dynamo``
+``lib/kv-router/src/scheduling/selector/default.rs``, ``lib/kv-router/src/sequences/``,
+``lib/mocker/src/replay/offline/components/router.rs``):
+
+* **Cost** of a worker ``w`` for a request of ``isl`` prompt tokens:
+  ``prefill_load_scale * max(0, raw_prefill_blocks - overlap_credit) + decode_blocks
+  + decode_active_request_weight * active_requests`` with
+  ``raw_prefill_blocks = (prefill tokens in flight on w + isl) / block_size`` and
+  ``overlap_credit = overlap_score_credit * decay * (leading prompt blocks w caches)``;
+  ``decay = 1 / (1 + overlap_score_credit_decay * excess / request_blocks)`` where ``excess`` is
+  w's in-flight prefill blocks above the least-loaded worker's (1 when the decay is 0).
+* **Prefill pool**: overlap from the prefix index fed by the prefill engines' KV events; a
+  routed request adds its uncached prompt tokens to its worker's in-flight prefill until
+  prefill completes (or it is freed); no active-block tracking, so ``decode_blocks`` is 0.
+* **Decode pool** (the reference's forced overrides): no overlap credit, no KV-reuse
+  assumption, no prefill-token tracking; ``decode_blocks`` counts the full prompt blocks of
+  the requests active on the worker, so the cost is decode load only.
+* **Choice**: temperature 0 picks the cheapest worker; ties are broken uniformly at random
+  (reservoir sampling over workers in index order).  Temperature > 0 samples
+  ``p_i ~ exp(-(c_i - c_min) / ((c_max - c_min) * T))``, uniform when all costs are equal.
+  The reference draws from an unseeded generator; here it is ``random.Random`` seeded from the
+  replay seed and the pool, so reruns are byte-identical.
+* **Queue** (``router_queue_threshold`` set): an arrival is held while a backlog exists or every
+  worker has more than ``threshold x max_num_batched_tokens`` prefill tokens in flight; held
+  requests keep the overlaps seen at arrival and are released on prefill completion, free and
+  topology change (see :mod:`.queue`).  The decode pool tracks no prefill tokens, so it never
+  queues.
+
+Per-request work is O(prompt blocks + workers): nothing scans the cached blocks.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import deque
+from collections.abc import Sequence
+
+from dmocker.engines.interface import EngineRequest, KvEvent
+
+from .config import RouterConfig
+from .kv_index import KvIndex
+from .protocol import NO_ADMISSIONS, Admission, BaseRouter, Pool, RouterContext
+from .queue import RouterQueue
+
+__all__ = ["KvRouter"]
+
+_Held = tuple[EngineRequest, dict[int, int]]
+
+
+class KvRouter(BaseRouter):
+    """One pool's KV-aware router (build one per pool with that pool's :class:`RouterContext`)."""
+
+    def __init__(self, context: RouterContext, config: RouterConfig | None = None) -> None:
+        super().__init__(context)
+        cfg = (config or RouterConfig()).validate()
+        self.config = cfg
+        prefill = context.pool is Pool.PREFILL
+        self.wants_kv_events = prefill
+        self._prefill = prefill
+        self._credit = cfg.overlap_score_credit if prefill else 0.0
+        self._decay = cfg.overlap_score_credit_decay if prefill else 0.0
+        self._scale = cfg.prefill_load_scale
+        self._request_weight = cfg.decode_active_request_weight
+        self._temperature = cfg.router_temperature
+        threshold = cfg.router_queue_threshold
+        self._busy_tokens = None if threshold is None else threshold * context.max_num_batched_tokens
+        self._lag = cfg.kv_event_lag_ms if prefill else 0.0
+        self._bs = context.block_size
+        self._rng = random.Random(context.seed * 2 + (0 if prefill else 1))
+        self._index = KvIndex()
+        self._seen: set[int] = set()
+        self._lagged: deque[tuple[float, int, tuple[KvEvent, ...]]] = deque()
+        self._prefill_tokens: dict[int, int] = {}
+        self._blocks: dict[int, int] = {}
+        self._requests: dict[int, int] = {}
+        self._active: dict[int, list[int]] = {}  # request id -> [worker, prefill tokens, blocks]
+        self._queue: RouterQueue[_Held] = RouterQueue(cfg.router_queue_policy)
+        self._overlap: dict[int, int] = {}
+
+    # ------------------------------------------------------------------ protocol
+
+    def route(self, request: EngineRequest, now_ms: float) -> int | None:
+        if self._lagged:
+            self._flush_lagged(now_ms)
+        overlaps = self._index.overlaps(request.block_hashes) if self._prefill else {}
+        if self._busy_tokens is not None and (len(self._queue) or self._all_busy()):
+            best = max((overlaps.get(w, 0) for w in self.workers), default=0)
+            uncached = max(0, request.input_length - best * self._bs)
+            self._queue.push(request.request_id, (request, overlaps), uncached)
+            return None
+        return self._admit(request, overlaps)
+
+    def on_kv_events(self, worker: int, events: Sequence[KvEvent], now_ms: float) -> None:
+        if self._lag > 0.0:
+            self._lagged.append((now_ms + self._lag, worker, tuple(events)))
+        else:
+            self._index.apply(worker, events)
+
+    def on_prefill_complete(self, request_id: int, now_ms: float) -> Sequence[Admission]:
+        entry = self._active.get(request_id)
+        if entry is None or not entry[1]:
+            return self._drain() if len(self._queue) else NO_ADMISSIONS
+        self._prefill_tokens[entry[0]] -= entry[1]
+        entry[1] = 0
+        return self._drain() if len(self._queue) else NO_ADMISSIONS
+
+    def on_free(self, request_id: int, now_ms: float) -> Sequence[Admission]:
+        if self._queue.remove(request_id):
+            return NO_ADMISSIONS
+        entry = self._active.pop(request_id, None)
+        if entry is None:
+            return NO_ADMISSIONS
+        worker, tokens, blocks = entry
+        self._prefill_tokens[worker] -= tokens
+        self._blocks[worker] -= blocks
+        self._requests[worker] -= 1
+        return self._drain() if len(self._queue) else NO_ADMISSIONS
+
+    def add_worker(self, worker: int, now_ms: float) -> Sequence[Admission]:
+        if worker in self._seen and worker not in self.workers and not self._requests.get(worker):
+            self._index.forget_worker(worker)  # a reused index: the old worker's cache is gone
+        self._seen.add(worker)
+        self._prefill_tokens.setdefault(worker, 0)
+        self._blocks.setdefault(worker, 0)
+        self._requests.setdefault(worker, 0)
+        super().add_worker(worker, now_ms)
+        return self._drain() if len(self._queue) else NO_ADMISSIONS
+
+    def remove_worker(self, worker: int, now_ms: float) -> Sequence[Admission]:
+        # Only eligibility changes: in-flight requests on it still complete and free.
+        super().remove_worker(worker, now_ms)
+        return self._drain() if len(self._queue) and self.workers else NO_ADMISSIONS
+
+    def overlap_tokens(self, request_id: int) -> int:
+        """The overlap seen on the chosen worker (read once, right after dispatch)."""
+        return self._overlap.pop(request_id, 0)
+
+    # ------------------------------------------------------------------ inspection
+
+    @property
+    def pending_count(self) -> int:
+        return len(self._queue)
+
+    def prefill_tokens_in_flight(self, worker: int) -> int:
+        return self._prefill_tokens.get(worker, 0)
+
+    def active_blocks(self, worker: int) -> int:
+        return self._blocks.get(worker, 0)
+
+    def cached_overlaps(self, block_hashes: Sequence[int]) -> dict[int, int]:
+        return self._index.overlaps(block_hashes)
+
+    # ------------------------------------------------------------------ internals
+
+    def _flush_lagged(self, now_ms: float) -> None:
+        lagged = self._lagged
+        index = self._index
+        while lagged and lagged[0][0] <= now_ms:
+            _, worker, events = lagged.popleft()
+            index.apply(worker, events)
+
+    def _all_busy(self) -> bool:
+        limit = self._busy_tokens
+        assert limit is not None
+        tokens = self._prefill_tokens
+        return all(tokens[w] > limit for w in self.workers)
+
+    def _drain(self) -> list[Admission]:
+        out: list[Admission] = []
+        queue = self._queue
+        while len(queue) and self.workers and not self._all_busy():
+            rid, (request, overlaps) = queue.pop()
+            out.append((rid, self._admit(request, overlaps)))
+        return out
+
+    def _admit(self, request: EngineRequest, overlaps: dict[int, int]) -> int:
+        workers = self.workers
+        if not workers:
+            raise ValueError(f"KV router has no {self.context.pool.value if self.context else ''} worker")
+        bs = self._bs
+        isl = request.input_length
+        ptoks = self._prefill_tokens
+        prefill = self._prefill
+        blocks = self._blocks
+        nreq = self._requests
+        credit = self._credit
+        scale = self._scale
+        weight = self._request_weight
+        decay = self._decay
+        floor = min(ptoks[w] for w in workers) if (decay > 0.0 and prefill) else 0
+        request_blocks = max(1, -(-isl // bs))
+        costs: list[float] = []
+        for w in workers:
+            if prefill:
+                raw = (ptoks[w] + isl) / bs
+                ov = overlaps.get(w, 0)
+                if ov:
+                    factor = 1.0
+                    if decay > 0.0:
+                        factor = 1.0 / (1.0 + decay * ((ptoks[w] - floor) / bs) / request_blocks)
+                    raw -= credit * factor * ov
+                    if raw < 0.0:
+                        raw = 0.0
+                cost = scale * raw
+            else:
+                cost = float(blocks[w])
+            if weight:
+                cost += weight * nreq[w]
+            costs.append(cost)
+        worker = workers[self._choose(costs)]
+        ov = overlaps.get(worker, 0)
+        cached = min(ov * bs, isl)
+        tokens = isl - cached if prefill else 0
+        nblocks = 0 if prefill else isl // bs
+        ptoks[worker] += tokens
+        blocks[worker] += nblocks
+        nreq[worker] += 1
+        rid = request.request_id
+        self._active[rid] = [worker, tokens, nblocks]
+        self._overlap[rid] = cached
+        return worker
+
+    def _choose(self, costs: list[float]) -> int:
+        if self._temperature <= 0.0:
+            best = 0
+            best_cost = math.inf
+            ties = 0
+            rng = self._rng
+            for i, c in enumerate(costs):
+                if c < best_cost:
+                    best, best_cost, ties = i, c, 1
+                elif c == best_cost:
+                    ties += 1
+                    if rng.randrange(ties) == 0:
+                        best = i
+            return best
+        lo = min(costs)
+        hi = max(costs)
+        if lo == hi:
+            weights = [1.0] * len(costs)
+        else:
+            scale = (hi - lo) * self._temperature
+            weights = [math.exp(-(c - lo) / scale) for c in costs]
+        total = sum(weights)
+        sample = self._rng.random()
+        acc = 0.0
+        for i, wgt in enumerate(weights):
+            acc += wgt / total
+            if sample <= acc:
+                return i
+        return len(costs) - 1
