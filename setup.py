@@ -29,7 +29,7 @@ COMPILED = [
     "dmocker/engines/timing.py",
     "dmocker/engines/vllm.py",
     "dmocker/replay/collector.py",
-    "dmocker/replay/runtime.py",
+    "dmocker/replay/exact_sum.py",
     "dmocker/replay/routing/kv_index.py",
     "dmocker/replay/routing/queue.py",
     "dmocker/replay/workload/admission.py",

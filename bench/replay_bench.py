@@ -1,18 +1,29 @@
-"""Replay speed and memory on a seeded synthetic workload (and an optional fidelity check).
+"""Replay speed and memory: dmocker alone, or side by side with the reference (Dynamo's mocker).
 
-Default workload: 100k requests, ISL uniform 1000-3000, OSL uniform 100-300, Poisson 60 req/s,
-8 prefix groups sharing half their blocks, trace_block_size 512, vLLM 2 prefill + 2 decode,
-round robin.
+Side by side (the table to quote), five workloads, each run as two whole processes back to back
+(the reference without per-request capture, then dmocker without records), CPU seconds
+(user + sys, fair on a shared machine) and their ratio reference / dmocker, ``--reps`` times:
 
-    python bench/replay_bench.py                      # dmocker: wall s, req/s, peak RSS
-    python bench/replay_bench.py --requests 10000
-    python bench/replay_bench.py --reference REFVENV/bin/python --requests 10000
-        # also runs Dynamo's mocker (installed ONLY in that separate venv) on the very same
-        # requests, written as a Mooncake trace, and prints the fidelity table and the speed
-        # ratio.  Like for like: the reference runs with per-request capture
-        # (capture_per_request=True), and dmocker writes its per-request records (--records).
-        # REFVENV is a venv of its own: python3 -m venv REFVENV &&
-        # REFVENV/bin/pip install ai-dynamo==1.6.1 ai-dynamo-runtime==1.6.1
+    python bench/replay_bench.py --reference REF_PYTHON --trace MOONCAKE.jsonl [--reps 2] [--only 4,5]
+
+``REF_PYTHON`` is the python of a venv where ``ai-dynamo==1.6.1`` is installed (only there:
+``python3 -m venv REFVENV && REFVENV/bin/pip install ai-dynamo==1.6.1 ai-dynamo-runtime==1.6.1``);
+``MOONCAKE.jsonl`` is the Mooncake conversation trace (workloads 4 and 5; skipped without it).
+The workloads: (1) 10k synthetic requests (ISL uniform 1000-3000, OSL 100-300, Poisson 60
+req/s, 8 prefix groups sharing half their blocks, written as a Mooncake trace with 512-token
+blocks) on vLLM 2 prefill + 2 decode; (2) the same on SGLang, block 64; (3) 100k such requests
+on vLLM; (4) the Mooncake trace on vLLM 4P+4D; (5) the same on SGLang block 64 with a 50 GB/s
+KV link at 131072 bytes per token.
+
+Outputs of the five workloads (summary and per-request records, with md5s; they must not move
+when only speed work changes):
+
+    python bench/replay_bench.py --outputs DIR --trace MOONCAKE.jsonl
+
+Alone / the fidelity table of one synthetic workload:
+
+    python bench/replay_bench.py [--requests 10000] [--engine sglang --block-size 64]
+    python bench/replay_bench.py --fidelity --reference REF_PYTHON --requests 10000
 
 Each measurement runs in a fresh subprocess so peak RSS is that run's own.
 """
@@ -20,6 +31,7 @@ Each measurement runs in a fresh subprocess so peak RSS is that run's own.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import resource
@@ -60,13 +72,13 @@ def _engine_kwargs(args: argparse.Namespace) -> dict[str, object]:
 
 def child_dmocker(args: argparse.Namespace) -> None:
     sys.path.insert(0, ROOT)
-    from dmocker.replay import SyntheticSpec, accelerated, run
+    from dmocker.replay import SyntheticSpec, run
 
     records = os.path.join(tempfile.mkdtemp(), "records.jsonl") if args.records else None
     t0 = time.perf_counter()
     c0 = time.process_time()
     if args.trace:
-        report = run(args.trace, prefill_workers=2, decode_workers=2, per_request=records,  # type: ignore[arg-type]
+        report = run(args.trace, prefill_workers=2, decode_workers=2, per_request=records,
                      router=args.router, **_engine_kwargs(args))  # type: ignore[arg-type]
     else:
         report = run(synthetic=SyntheticSpec(**_spec_kwargs(args)), per_request=records,  # type: ignore[arg-type]
@@ -77,8 +89,7 @@ def child_dmocker(args: argparse.Namespace) -> None:
         os.remove(records)
     cpu = time.process_time() - c0
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    print(json.dumps({"wall_s": wall, "cpu_s": cpu, "rss_mb": rss_mb, "summary": report.summary,
-                      "compiled": accelerated()}))
+    print(json.dumps({"wall_s": wall, "cpu_s": cpu, "rss_mb": rss_mb, "summary": report.summary}))
 
 
 def child_reference(args: argparse.Namespace) -> None:
@@ -146,6 +157,157 @@ def _run_child(python: str, role: str, args: argparse.Namespace, trace: str | No
     return out
 
 
+WORKLOADS: tuple[dict[str, object], ...] = (
+    # name, workload ("synthetic N" or the Mooncake trace), engine, block size, P, D, transfer
+    {"name": "synthetic 10k, vLLM 2P+2D", "requests": 10_000, "engine": "vllm", "block_size": None,
+     "prefill": 2, "decode": 2},
+    {"name": "synthetic 10k, SGLang block 64 2P+2D", "requests": 10_000, "engine": "sglang", "block_size": 64,
+     "prefill": 2, "decode": 2},
+    {"name": "synthetic 100k, vLLM 2P+2D", "requests": 100_000, "engine": "vllm", "block_size": None,
+     "prefill": 2, "decode": 2},
+    {"name": "Mooncake trace, vLLM 4P+4D", "trace": True, "engine": "vllm", "block_size": None,
+     "prefill": 4, "decode": 4},
+    {"name": "Mooncake trace, SGLang block 64 4P+4D, 50 GB/s x 131072 B/token", "trace": True,
+     "engine": "sglang", "block_size": 64, "prefill": 4, "decode": 4,
+     "kv_transfer_bandwidth": 50.0, "kv_bytes_per_token": 131072},
+)
+
+
+def _workload_traces(args: argparse.Namespace, tmp: str) -> list[tuple[dict[str, object], str]]:
+    """(workload, trace path) for the selected workloads; synthetic ones are written once."""
+    chosen = [WORKLOADS[i - 1] for i in args.only] if args.only else list(WORKLOADS)
+    out: list[tuple[dict[str, object], str]] = []
+    written: dict[int, str] = {}
+    for w in chosen:
+        if w.get("trace"):
+            if args.trace is None:
+                print(f"skipped (give --trace MOONCAKE.jsonl): {w['name']}", file=sys.stderr)
+                continue
+            out.append((w, args.trace))
+            continue
+        n = int(w["requests"])  # type: ignore[arg-type]
+        if n not in written:
+            path = os.path.join(tmp, f"synthetic_{n}.jsonl")
+            write_trace(argparse.Namespace(**{**vars(args), "requests": n}), path)
+            written[n] = path
+        out.append((w, written[n]))
+    return out
+
+
+def child_workload(spec: dict[str, object]) -> None:
+    """One workload in this process: dmocker (``spec['role'] == 'dmocker'``) or the reference."""
+    engine = str(spec["engine"])
+    bs = spec.get("block_size")
+    bw, bpt = spec.get("kv_transfer_bandwidth"), spec.get("kv_bytes_per_token")
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
+    t0 = time.perf_counter()
+    if spec["role"] == "dmocker":
+        sys.path.insert(0, ROOT)
+        from dmocker.replay import run
+
+        kw: dict[str, object] = {"engine": engine, "block_size": bs, "kv_transfer_bandwidth": bw,
+                                 "kv_bytes_per_token": bpt}
+        report = run(str(spec["trace"]), prefill_workers=int(spec["prefill"]),  # type: ignore[call-overload]
+                     decode_workers=int(spec["decode"]), per_request=spec.get("records"),  # type: ignore[call-overload,arg-type]
+                     **kw)  # type: ignore[arg-type]
+        summary: object = report.summary
+    else:
+        os.environ.setdefault("DYN_LOG", "error")
+        from dynamo.replay import run_trace_replay  # type: ignore[import-not-found,unused-ignore]
+
+        eng: dict[str, object] = {"backend": engine}
+        if bs is not None:
+            eng["block_size"] = bs
+        if bw is not None:
+            eng["kv_transfer_bandwidth"] = bw
+            eng["kv_transfer_bytes_per_token"] = bpt
+        report = run_trace_replay(
+            str(spec["trace"]),
+            prefill_engine_args={"engine": {**eng, "worker_type": "prefill"}},
+            decode_engine_args={"engine": {**eng, "worker_type": "decode"}},
+            num_prefill_workers=int(spec["prefill"]),  # type: ignore[call-overload]
+            num_decode_workers=int(spec["decode"]),  # type: ignore[call-overload]
+            router_mode="round_robin",
+            capture_per_request=False,
+        )
+        summary = report if isinstance(report, dict) else getattr(report, "summary", report)
+        if not isinstance(summary, dict):
+            summary = json.loads(json.dumps(summary, default=lambda o: getattr(o, "__dict__", str(o))))
+    wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    print(json.dumps({"wall_s": wall, "run_cpu_s": cpu, "rss_mb": r1.ru_maxrss / 1024.0, "summary": summary},
+                     default=str))
+
+
+def _run_workload(python: str, role: str, w: dict[str, object], trace: str,
+                  records: str | None = None) -> dict[str, object]:
+    """Run one workload in a fresh process; adds its whole-process CPU seconds (user + sys)."""
+    spec = {**w, "role": role, "trace": trace, "records": records}
+    env = {**os.environ, "DYN_LOG": "error"}
+    if role == "dmocker":
+        env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    res = subprocess.run([python, os.path.abspath(__file__), "--child-workload", json.dumps(spec)],
+                         capture_output=True, text=True, env=env, check=False)
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if res.returncode != 0:
+        raise SystemExit(f"{role} run of {w['name']} failed:\n{res.stderr[-4000:]}")
+    line = [ln for ln in res.stdout.splitlines() if ln.startswith("{")][-1]
+    out: dict[str, object] = json.loads(line)
+    out["process_cpu_s"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    out["process_wall_s"] = wall
+    return out
+
+
+def side_by_side(args: argparse.Namespace) -> None:
+    """The ratio table: each workload, reference then dmocker, whole processes back to back."""
+    with tempfile.TemporaryDirectory() as tmp:
+        jobs = _workload_traces(args, tmp)
+        rows: list[tuple[str, int, dict[str, object], dict[str, object]]] = []
+        for rep in range(1, args.reps + 1):
+            for w, trace in jobs:
+                ref = _run_workload(args.reference, "reference", w, trace)
+                ours = _run_workload(sys.executable, "dmocker", w, trace)
+                rows.append((str(w["name"]), rep, ref, ours))
+                print(f"  rep {rep}: {w['name']}: reference {float(ref['process_cpu_s']):.2f} cpu-s, "  # type: ignore[arg-type]
+                      f"dmocker {float(ours['process_cpu_s']):.2f} cpu-s", file=sys.stderr, flush=True)  # type: ignore[arg-type]
+    print("CPU seconds (user + sys) of whole processes, reference (Dynamo mocker, no per-request capture)")
+    print("then dmocker (no records), back to back; ratio = reference / dmocker (> 1: dmocker faster)")
+    print(f"| workload | rep | reference cpu s | dmocker cpu s | ratio | reference wall s | dmocker wall s "
+          f"| reference RSS MB | dmocker RSS MB | completed (ref/dmocker) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name, rep, ref, ours in rows:
+        rc, oc = float(ref["process_cpu_s"]), float(ours["process_cpu_s"])  # type: ignore[arg-type]
+        sr, so = ref["summary"], ours["summary"]
+        assert isinstance(sr, dict) and isinstance(so, dict)
+        print(f"| {name} | {rep} | {rc:.2f} | {oc:.2f} | {rc / oc:.2f}x "
+              f"| {float(ref['process_wall_s']):.2f} | {float(ours['process_wall_s']):.2f} "  # type: ignore[arg-type]
+              f"| {float(ref['rss_mb']):.0f} | {float(ours['rss_mb']):.0f} "  # type: ignore[arg-type]
+              f"| {sr.get('completed_requests')}/{so.get('completed_requests')} |")
+
+
+def outputs(args: argparse.Namespace) -> None:
+    """dmocker's report summary and per-request records of each workload, with their md5s
+    (compare before and after a change: they must not move)."""
+    os.makedirs(args.outputs, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, (w, trace) in enumerate(_workload_traces(args, tmp), 1):
+            records = os.path.join(args.outputs, f"w{i}_records.jsonl")
+            res = _run_workload(sys.executable, "dmocker", w, trace, records)
+            summary_path = os.path.join(args.outputs, f"w{i}_summary.json")
+            with open(summary_path, "w") as fh:
+                fh.write(json.dumps(res["summary"], sort_keys=True, indent=1) + "\n")
+            digests = []
+            for path in (summary_path, records):
+                with open(path, "rb") as fh:
+                    digests.append(hashlib.md5(fh.read()).hexdigest())
+            print(f"{w['name']}: summary {digests[0]} records {digests[1]} "
+                  f"({float(res['process_cpu_s']):.2f} cpu-s, {float(res['rss_mb']):.0f} MB)", flush=True)  # type: ignore[arg-type]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--requests", type=int, default=100_000)
@@ -153,21 +315,37 @@ def main() -> None:
     p.add_argument("--engine", default="vllm")
     p.add_argument("--block-size", type=int, default=None)
     p.add_argument("--prefix-ratio", type=float, default=0.5, help="share of blocks in the group prefix (0.5)")
-    p.add_argument("--reference", metavar="PYTHON", help="python of a venv with ai-dynamo 1.6.1 (side-by-side)")
+    p.add_argument("--reference", metavar="PYTHON", help="python of a venv with ai-dynamo 1.6.1: print the "
+                   "side-by-side ratio table of the five workloads")
+    p.add_argument("--trace", metavar="MOONCAKE_JSONL", help="the Mooncake conversation trace (workloads 4, 5)")
+    p.add_argument("--reps", type=int, default=2, help="repetitions of the side-by-side table (2)")
+    p.add_argument("--only", type=lambda s: [int(x) for x in s.split(",")], default=None,
+                   help="comma-separated workload numbers 1-5 (default: all)")
+    p.add_argument("--fidelity", action="store_true",
+                   help="with --reference: the old fidelity table on --requests synthetic requests instead")
+    p.add_argument("--outputs", metavar="DIR", help="write dmocker's summaries and records of the workloads "
+                   "to DIR and print their md5s")
     p.add_argument("--records", action="store_true",
-                   help="dmocker also writes its per-request records (JSONL, to a temp file); "
-                        "always on side by side, where the reference captures per-request records "
-                        "(capture_per_request=True)")
+                   help="dmocker also writes its per-request records (JSONL, to a temp file)")
     p.add_argument("--router", choices=["round-robin", "kv"], default="round-robin",
                    help="both replays route round robin (default) or KV-aware (reference: kv_router)")
     p.add_argument("--child", choices=["dmocker", "reference"], help=argparse.SUPPRESS)
-    p.add_argument("--trace", help=argparse.SUPPRESS)
+    p.add_argument("--child-workload", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.child_workload:
+        child_workload(json.loads(args.child_workload))
+        return
     if args.child == "dmocker":
         child_dmocker(args)
         return
     if args.child == "reference":
         child_reference(args)
+        return
+    if args.outputs:
+        outputs(args)
+        return
+    if args.reference is not None and not args.fidelity:
+        side_by_side(args)
         return
 
     label = f"{args.engine}{'' if args.block_size is None else f' block {args.block_size}'} 2P+2D {args.router}"
@@ -181,8 +359,6 @@ def main() -> None:
         print(f"cpu seconds:         {cpu:.2f}  ({args.requests / cpu:,.0f} req per cpu-second;"
               f" differs from wall when the machine is shared)")
         print(f"peak RSS (MB):       {float(res['rss_mb']):.0f}")  # type: ignore[arg-type]
-        print(f"hot path:            {'compiled (mypyc)' if res['compiled'] else 'pure Python'}"
-              f" (DMOCKER_PURE_PYTHON=1 forces pure)")
         s = res["summary"]
         assert isinstance(s, dict)
         print(f"completed_requests:  {s['completed_requests']}")
@@ -206,9 +382,7 @@ def main() -> None:
         wall = float(res["wall_s"])  # type: ignore[arg-type]
         print(f"{name:10} wall {wall:7.2f} s  {args.requests / wall:8,.0f} req/s  peak RSS {float(res['rss_mb']):6.0f} MB")  # type: ignore[arg-type]
     ratio = float(ref["wall_s"]) / float(ours["wall_s"])  # type: ignore[arg-type]
-    print(f"dmocker / reference requests per second: {ratio:.2f}x "
-          f"(both keep per-request records; dmocker hot path "
-          f"{'compiled' if ours['compiled'] else 'pure Python'})")
+    print(f"dmocker / reference requests per second: {ratio:.2f}x (both keep per-request records)")
 
 
 if __name__ == "__main__":

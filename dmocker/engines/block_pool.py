@@ -159,6 +159,37 @@ class BlockPool:
         self.free = 0
         return True
 
+    def take_undoable(self, n: int) -> tuple[int, list[int]]:
+        """:meth:`take` of ``n <= available`` blocks (no events recorded), returning what
+        :meth:`untake` needs: the free count before and the evicted hashes, oldest first."""
+        free = self.free
+        if free >= n:
+            self.free = free - n
+            return free, []
+        inactive = self.inactive
+        evicted = list(islice(inactive, n - free))
+        refs = self.refs
+        for h in evicted:
+            del refs[h]
+            del inactive[h]
+        self.free = 0
+        return free, evicted
+
+    def untake(self, free_before: int, evicted: list[int], taken: int, keep: int) -> list[int]:
+        """Turn ``take_undoable(taken)`` into ``take(keep)`` (``keep <= taken``, nothing else
+        changed the pool since): blocks evicted beyond what ``keep`` needs become the oldest
+        inactive cached blocks again, in their order.  Returns the hashes still evicted."""
+        still = max(keep - free_before, 0)
+        restore = evicted[still:]
+        self.free += taken - keep - len(restore)
+        refs = self.refs
+        inactive = self.inactive
+        for h in reversed(restore):
+            refs[h] = 0
+            inactive[h] = None
+            inactive.move_to_end(h, last=False)
+        return evicted[:still]
+
     def give_back(self, n: int) -> None:
         """Return ``n`` private blocks to the free count."""
         self.free += n

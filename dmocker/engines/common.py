@@ -5,9 +5,12 @@ from __future__ import annotations
 from collections import deque
 from typing import Hashable, Protocol, Sequence, TypeVar
 
+import numpy as np
+import numpy.typing as npt
+
 from dmocker.engines.interface import KvEvent, KvRemoved, KvStored
 
-__all__ = ["kv_events", "ceil_div", "remove_pending"]
+__all__ = ["kv_events", "ceil_div", "remove_pending", "cut_point"]
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -52,3 +55,14 @@ def remove_pending(pending: deque[tuple[_R, int]], pending_ids: set[Hashable], h
             break
     pending_ids.discard(handoff_id)
     return p
+
+
+def cut_point(times: npt.NDArray[np.float64], now_ms: float, started: bool) -> int:
+    """How many passes of a bulk run (pass end times ``times``) the per-pass simulation has
+    started by ``now_ms``: the passes ended by then plus the one in flight; at an exact pass
+    end, the next pass counts only if it has ``started`` (the caller's time step is past the
+    point where idle workers start passes).  At least 1 (the run's first pass has started)."""
+    ended = int(np.searchsorted(times, now_ms, side="right"))
+    if ended and float(times[ended - 1]) == now_ms and not started:
+        return ended
+    return max(ended + 1, 1)

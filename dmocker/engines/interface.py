@@ -85,6 +85,7 @@ __all__ = [
     "EngineWorker",
     "IdArray",
     "make_worker",
+    "MIN_RUN_PASSES",
 ]
 
 IdArray: TypeAlias = npt.NDArray[np.int64]
@@ -359,6 +360,9 @@ class PassPlan:
     pass_start_kv_events: tuple[KvEvent, ...] = ()
     prefill_tokens: int = 0  # uncached prompt tokens computed in this pass (telemetry)
     decode_tokens: int = 0  # requests decoded in this pass (telemetry)
+    # A bulk decode run (``start_pass(now, bulk=True)``): the start of its last pass, which
+    # orders its completion among same-time completions as the per-pass simulation would.
+    last_start_ms: float | None = None
 
 
 @fast_frozen_init  # built per request or per pass on the replay's hot path
@@ -400,6 +404,10 @@ class PassCompletion:
     pass end), then, for both engines, Removed events of the end-of-pass destination retry.
     ``lockstep``: set by a vLLM decode worker on a lockstep pass (see :class:`LockstepDelta`);
     None for every other pass.
+    ``run_times``: set when the completion covers a bulk decode *run* of ``n >= 2`` passes
+    (``start_pass(..., bulk=True)``): the end time of each pass, ascending, the last being
+    ``end_ms``.  Every id of ``emitted`` emitted one token at each of them; nothing finished or
+    was rejected before the last, and ``lockstep`` is None.
     """
 
     end_ms: float
@@ -409,6 +417,7 @@ class PassCompletion:
     lifecycle: tuple[LifecycleEvent, ...] = ()
     kv_events: tuple[KvEvent, ...] = ()
     lockstep: LockstepDelta | None = None
+    run_times: npt.NDArray[np.float64] | None = None
 
 
 class EngineWorker(Protocol):
@@ -458,13 +467,36 @@ class EngineWorker(Protocol):
         ...
 
     # --- passes ---
-    def start_pass(self, now_ms: float) -> PassPlan | None:
-        """Compute the next pass eagerly, or None when nothing can progress now."""
+    def start_pass(self, now_ms: float, bulk: bool = False, quiet_until: float = math.inf) -> PassPlan | None:
+        """Compute the next pass eagerly, or None when nothing can progress now.
+
+        ``bulk``: the worker may compute a whole *run* of decode passes at once when every
+        pass until the batch next changes is determined (see ``PassCompletion.run_times``);
+        the caller must then call :meth:`split_run` before anything else touches the worker.
+        ``quiet_until`` (a hint): nothing is expected to reach the worker before then; a run
+        that would not get :data:`MIN_RUN_PASSES` passes done by then is not started.
+        """
+        ...
+
+    def split_run(self, now_ms: float, started: bool) -> tuple[float, float] | None:
+        """Cut a bulk run in flight where the per-pass simulation would be at ``now_ms``.
+
+        The run is cut after the pass in flight at ``now_ms``; when ``now_ms`` is exactly the
+        end of one of its passes, after that pass if ``started`` is False (the next pass has
+        not started yet at this point of the caller's time step) and after the next one
+        otherwise.  Returns ``(end_ms, start of the last pass)`` of what is left, or None when
+        no run is in flight or nothing changed.  The completion may now be due at ``now_ms``.
+        """
         ...
 
     def finish_pass(self) -> PassCompletion:
         """Apply the end of the running pass (must be busy) and return its deferred effects."""
         ...
+
+
+MIN_RUN_PASSES = 8
+"""Fewest passes expected before ``quiet_until`` for a bulk run to be worth computing (a run
+costs a few dozen numpy calls; a short one is cheaper pass by pass)."""
 
 
 def make_worker(args: EngineArgs, worker_idx: int = 0, *, record_kv_events: bool = False) -> EngineWorker:

@@ -43,6 +43,7 @@ before parents, which is the radix tree's leaf-first eviction.
 from __future__ import annotations
 
 import enum
+import math
 from collections import deque
 from itertools import compress
 from typing import Hashable
@@ -52,9 +53,10 @@ import numpy.typing as npt
 
 from dmocker.handoff import DestinationReserved, SourceHeld
 from dmocker.engines.block_pool import BlockPool, generated_block_ids
-from dmocker.engines.common import ceil_div
+from dmocker.engines.common import ceil_div, cut_point
 from dmocker.engines.handoff_base import NOOP, HandoffWorkerBase
 from dmocker.engines.interface import (
+    MIN_RUN_PASSES,
     Admission,
     CommandEffects,
     CommandResult,
@@ -68,7 +70,7 @@ from dmocker.engines.interface import (
     WorkerType,
     empty_ids,
 )
-from dmocker.engines.timing import PassTiming
+from dmocker.engines.timing import PassTiming, run_end_times
 
 __all__ = ["SglangWorker"]
 
@@ -103,6 +105,23 @@ class _SReq:
         self.status = status
         self.source = False
         self.dest = False
+
+
+class _Run:
+    """A bulk decode run in flight: what splitting it needs (the state before it)."""
+
+    __slots__ = ("start_ms", "times", "seq", "npg", "ratio", "need", "free", "evicted")
+
+    def __init__(self, start_ms: float, times: npt.NDArray[np.float64], seq: I64, npg: I64,
+                 ratio: float, need: int, free: int, evicted: list[int]) -> None:
+        self.start_ms = start_ms
+        self.times = times
+        self.seq = seq
+        self.npg = npg
+        self.ratio = ratio
+        self.need = need  # pages taken
+        self.free = free  # free pages before
+        self.evicted = evicted  # cached pages evicted for it, oldest first
 
 
 class SglangWorker(HandoffWorkerBase[_SReq]):
@@ -154,6 +173,8 @@ class SglangWorker(HandoffWorkerBase[_SReq]):
         self.retractions = 0
         self.oom_resets = 0
         self.vectorized_passes = 0
+        self._bulk: _Run | None = None  # the bulk decode run in flight (start_pass(bulk=True))
+        self.bulk_runs = 0
 
     # --- hooks of the shared handoff bookkeeping (handoff_base) --------------------------------
 
@@ -202,11 +223,16 @@ class SglangWorker(HandoffWorkerBase[_SReq]):
 
     # --- passes --------------------------------------------------------------------------------
 
-    def start_pass(self, now_ms: float) -> PassPlan | None:
+    def start_pass(self, now_ms: float, bulk: bool = False, quiet_until: float = math.inf) -> PassPlan | None:
         if self._busy:
             raise RuntimeError(f"worker {self.worker_idx} is already mid-pass")
         if not self.has_work():
             return None
+        if (bulk and self._running and not self._prebuilt and not self._waiting and not self._pending
+                and not self._record and not self._lifecycle and self._allow_vec):
+            plan = self._start_run(now_ms, quiet_until)
+            if plan is not None:
+                return plan
         args = self.args
         admissions: list[Admission] = []
         # 1. promote materialized destinations
@@ -285,6 +311,7 @@ class SglangWorker(HandoffWorkerBase[_SReq]):
         if not self._busy or self._completion is None:
             raise RuntimeError(f"worker {self.worker_idx} has no pass in flight")
         self._busy = False
+        self._bulk = None
         c = self._completion
         self._completion = None
         retry = self._retry_destinations() if self._pending else []
@@ -292,8 +319,82 @@ class SglangWorker(HandoffWorkerBase[_SReq]):
         if retry or events:
             c = PassCompletion(end_ms=c.end_ms, emitted=c.emitted, finished=c.finished,
                                rejected=c.rejected, lifecycle=c.lifecycle + tuple(retry),
-                               kv_events=c.kv_events + events)
+                               kv_events=c.kv_events + events, run_times=c.run_times)
         return c
+
+    # --- bulk decode runs ---------------------------------------------------------------------
+
+    def _start_run(self, now_ms: float, quiet_until: float) -> PassPlan | None:
+        """Every running request decodes, nothing is queued: until the first request finishes,
+        each pass is the vectorised decode step with a known batch, so the passes before that
+        one are computed at once (None: fewer than two such passes, or the pool might not
+        cover them and the per-pass path decides)."""
+        if not self._vec and not self._vec_load():
+            return None
+        seq, npg = self._a_seq, self._a_npg
+        n_pass = int((self._a_end - seq).min()) - 1  # the pass after these finishes someone
+        if n_pass < 2:
+            return None
+        n = len(self._running)
+        first = self._timing.decode_ms(n, min(int(seq.sum()), self._total_tokens))
+        if now_ms + MIN_RUN_PASSES * first > quiet_until:
+            return None  # likely cut within a few passes: pass by pass is cheaper
+        page = self._page
+        npg_end = np.maximum(npg, -(-(seq + n_pass) // page))
+        need = int((npg_end - npg).sum())
+        pool = self.pool
+        if need > pool.available:
+            return None
+        active = np.minimum(int(seq.sum()) + n * np.arange(n_pass, dtype=np.int64), self._total_tokens)
+        times = run_end_times(now_ms, self._timing.decode_ms_many(n, active))
+        free, evicted = pool.take_undoable(need)
+        run = _Run(now_ms, times, seq.copy(), npg.copy(), self.new_token_ratio, need, free, evicted)
+        self._a_seq = seq + n_pass
+        self._a_npg = npg_end
+        self._decay_ratio(n_pass)
+        self.vectorized_passes += n_pass
+        self.bulk_runs += 1
+        self._bulk = run
+        end = float(times[-1])
+        self._completion = PassCompletion(end_ms=end, emitted=self._a_rid, run_times=times)
+        self._busy = True
+        return PassPlan(start_ms=now_ms, end_ms=end, decode_tokens=n,
+                        last_start_ms=float(times[-2]))
+
+    def _decay_ratio(self, passes: int) -> None:
+        ratio, floor, decay = self.new_token_ratio, self._min_ratio, self._decay
+        while passes > 0 and ratio > floor:
+            ratio = max(ratio - decay, floor)
+            passes -= 1
+        self.new_token_ratio = ratio
+
+    def split_run(self, now_ms: float, started: bool) -> tuple[float, float] | None:
+        run = self._bulk
+        if run is None:
+            return None
+        times = run.times
+        total = int(times.shape[0])
+        keep = cut_point(times, now_ms, started)
+        if keep >= total:
+            return None
+        seq = run.seq + keep
+        npg = np.maximum(run.npg, -(-seq // self._page))
+        need = int((npg - run.npg).sum())
+        evicted = self.pool.untake(run.free, run.evicted, run.need, need)
+        self._a_seq, self._a_npg = seq, npg
+        self.new_token_ratio = run.ratio
+        self._decay_ratio(keep)
+        self.vectorized_passes -= total - keep
+        kept = times[:keep]
+        end = float(kept[-1])
+        assert self._completion is not None
+        self._completion = PassCompletion(end_ms=end, emitted=self._completion.emitted,
+                                          run_times=kept if keep >= 2 else None)
+        if keep < 2:
+            self._bulk = None
+        else:
+            self._bulk = _Run(run.start_ms, kept, run.seq, run.npg, run.ratio, need, run.free, evicted)
+        return end, float(kept[-2]) if keep >= 2 else run.start_ms
 
     # --- internals -----------------------------------------------------------------------------
 

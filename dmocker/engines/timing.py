@@ -9,12 +9,16 @@ what-if runs).  Both are divided by the speed-up ratios: prefill by ``speedup_ra
 
 from __future__ import annotations
 
+import numpy as np
+import numpy.typing as npt
+
 from dmocker.engines.interface import EngineArgs
 
 __all__ = [
     "polynomial_prefill_ms",
     "polynomial_decode_ms",
     "PassTiming",
+    "run_end_times",
 ]
 
 
@@ -72,3 +76,28 @@ class PassTiming:
             else polynomial_decode_ms(active_kv_tokens, self._total_kv)
         )
         return ms / self._decode_div
+
+    def decode_ms_many(self, batch_size: int, active_kv_tokens: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+        """:meth:`decode_ms` of one batch size at many active-KV values, element for element
+        the same floats (the same IEEE operations in the same order), for bulk decode runs."""
+        n = int(active_kv_tokens.shape[0])
+        if batch_size <= 0:
+            return np.zeros(n, dtype=np.float64)
+        if self._fixed:
+            ms = np.full(n, self._fixed_decode, dtype=np.float64)
+        elif self._total_kv > 0:
+            p = np.minimum(active_kv_tokens / self._total_kv, 1.0)
+            ms = np.maximum(-25.74 * p * p + 54.01 * p + 5.74, 1.0)
+        else:
+            ms = np.full(n, polynomial_decode_ms(0, 0), dtype=np.float64)
+        return ms / self._decode_div
+
+
+def run_end_times(start_ms: float, durations: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """End times of back-to-back passes: ``((start + d1) + d2) + ...``, summed in order, so each
+    equals what pass-by-pass ``end = start + duration`` produces (``cumsum`` accumulates
+    sequentially, unlike ``sum``)."""
+    out = np.empty(durations.shape[0] + 1, dtype=np.float64)
+    out[0] = start_ms
+    out[1:] = durations
+    return np.cumsum(out)[1:]

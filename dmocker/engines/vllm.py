@@ -42,6 +42,7 @@ paths implement the same rules, and a test replays random workloads through both
 from __future__ import annotations
 
 import enum
+import math
 from collections import deque
 from typing import Hashable
 
@@ -50,9 +51,10 @@ import numpy.typing as npt
 
 from dmocker.handoff import DestinationReserved, SourceHeld
 from dmocker.engines.block_pool import BlockPool, generated_block_ids
-from dmocker.engines.common import ceil_div
+from dmocker.engines.common import ceil_div, cut_point
 from dmocker.engines.handoff_base import NOOP, HandoffWorkerBase
 from dmocker.engines.interface import (
+    MIN_RUN_PASSES,
     Admission,
     DecodeKvAccounting,
     CommandEffects,
@@ -68,7 +70,7 @@ from dmocker.engines.interface import (
     WorkerType,
     empty_ids,
 )
-from dmocker.engines.timing import PassTiming
+from dmocker.engines.timing import PassTiming, run_end_times
 
 __all__ = ["VllmWorker"]
 
@@ -170,6 +172,10 @@ class VllmWorker(HandoffWorkerBase[_Req]):
         self.preemptions = 0
         self.lockstep_passes = 0
         self.exact_passes = 0
+        # the bulk decode run in flight: (start ms, pass end times, K before, blocks taken by
+        # the end of each pass, free blocks before, blocks evicted)
+        self._bulk: tuple[float, npt.NDArray[np.float64], int, I64, int, list[int]] | None = None
+        self.bulk_runs = 0
 
     # --- hooks of the shared handoff bookkeeping (handoff_base) --------------------------------
 
@@ -219,12 +225,17 @@ class VllmWorker(HandoffWorkerBase[_Req]):
 
     # --- passes --------------------------------------------------------------------------------
 
-    def start_pass(self, now_ms: float) -> PassPlan | None:
+    def start_pass(self, now_ms: float, bulk: bool = False, quiet_until: float = math.inf) -> PassPlan | None:
         if self._busy:
             raise RuntimeError(f"worker {self.worker_idx} is already mid-pass")
         if not self._run and not self._waiting:
             return None
         k = self._K + 1
+        if (bulk and self._lock and not self._waiting and not self._pending and not self._record
+                and self._logical_kv and not self._is_prefill and not self._lifecycle):
+            plan = self._start_run(now_ms, quiet_until)
+            if plan is not None:
+                return plan
         if self._lock:
             n = len(self._run)
             nblocks = self._bcount[k % self._bs]
@@ -233,10 +244,67 @@ class VllmWorker(HandoffWorkerBase[_Req]):
             self._materialize_at_rest()
         return self._exact_pass(now_ms, k)
 
+    def _start_run(self, now_ms: float, quiet_until: float) -> PassPlan | None:
+        """Lockstep with nothing queued: every pass until the next completion is determined
+        (the batch, each pass's block demand, its decode time), so those passes are computed at
+        once, as far as the pool surely covers their blocks (None: fewer than two)."""
+        n = len(self._run)
+        if n > self.args.max_num_batched_tokens or not self._finish_at:
+            return None
+        K = self._K
+        n_pass = min(self._finish_at) - 1 - K
+        if n_pass < 2:
+            return None
+        if now_ms + MIN_RUN_PASSES * self._timing.decode_ms(n, self._sum_po + n * K) > quiet_until:
+            return None  # likely cut within a few passes: pass by pass is cheaper
+        bs = self._bs
+        ks = np.arange(K + 1, K + 1 + n_pass, dtype=np.int64)
+        need = np.cumsum(np.array(self._bcount, dtype=np.int64)[ks % bs])
+        available = self.pool.available
+        if int(need[-1]) > available:
+            n_pass = int(np.searchsorted(need, available, side="right"))
+            if n_pass < 2:
+                return None
+            ks = ks[:n_pass]
+            need = need[:n_pass]
+        times = run_end_times(now_ms, self._timing.decode_ms_many(n, self._sum_po + n * (ks - 1)))
+        free, evicted = self.pool.take_undoable(int(need[-1]))
+        self._bulk = (now_ms, times, K, need, free, evicted)
+        self._K = K + n_pass
+        self._ls_k = self._K
+        self.lockstep_passes += n_pass
+        self.bulk_runs += 1
+        end = float(times[-1])
+        self._completion = PassCompletion(end_ms=end, emitted=self._running_ids(), run_times=times)
+        self._busy = True
+        return PassPlan(start_ms=now_ms, end_ms=end, decode_tokens=n, last_start_ms=float(times[-2]))
+
+    def split_run(self, now_ms: float, started: bool) -> tuple[float, float] | None:
+        run = self._bulk
+        if run is None:
+            return None
+        start, times, K, need, free, evicted = run
+        total = int(times.shape[0])
+        keep = cut_point(times, now_ms, started)
+        if keep >= total:
+            return None
+        evicted = self.pool.untake(free, evicted, int(need[-1]), int(need[keep - 1]))
+        self._K = K + keep
+        self._ls_k = self._K
+        self.lockstep_passes -= total - keep
+        kept = times[:keep]
+        end = float(kept[-1])
+        assert self._completion is not None
+        self._completion = PassCompletion(end_ms=end, emitted=self._completion.emitted,
+                                          run_times=kept if keep >= 2 else None)
+        self._bulk = (start, kept, K, need[:keep], free, evicted) if keep >= 2 else None
+        return end, float(kept[-2]) if keep >= 2 else start
+
     def finish_pass(self) -> PassCompletion:
         if not self._busy or self._completion is None:
             raise RuntimeError(f"worker {self.worker_idx} has no pass in flight")
         self._busy = False
+        self._bulk = None
         c = self._completion
         self._completion = None
         retry = self._retry_destinations() if self._pending else []
@@ -250,6 +318,7 @@ class VllmWorker(HandoffWorkerBase[_Req]):
                 lifecycle=c.lifecycle + tuple(retry),
                 kv_events=events,
                 lockstep=c.lockstep,
+                run_times=c.run_times,
             )
         return c
 

@@ -152,6 +152,7 @@ def run(
     load_interval_s: float = 5.0,
     min_endpoint: int = 1,
     max_gpu_budget: int = 8,
+    bulk: bool = True,
     faults: FaultPlan | None = None,
     coordinator: str | Callable[..., object] | None = None,
     workload: Workload | None = None,
@@ -165,6 +166,8 @@ def run(
     ``fixed_prefill_ms`` / ``fixed_decode_ms``) override both pools' args; pass
     ``prefill_engine_args`` / ``decode_engine_args`` for per-pool settings.  ``per_request``
     and ``events`` are JSONL paths written atomically (nothing appears on error).
+    ``bulk=False`` simulates every decode pass one by one instead of computing runs of
+    determined passes at once (same outputs; the oracle the bulk path is tested against).
     ``clamp_input_length`` reproduces the reference's silent clamp of ``input_length`` to
     ``len(hash_ids) * trace_block_size``; by default exceeding it is a ``WorkloadError``.
     ``faults`` injects a :class:`~dmocker.replay.faults.FaultPlan`; ``coordinator`` (``"module:Class"``
@@ -352,6 +355,7 @@ def run(
             events=_as_io(events_w),
             on_retired=retired if (bar is not None or on_retired is not None) else None,
             planner=planner_loop,
+            bulk=bulk,
             coordinator_factory=hooks.factory,
             prefill_router=routers[0],
             decode_router=routers[1],

@@ -16,6 +16,13 @@ requests that join or leave; ``tokens`` and ``last_token`` of the other members 
 ("settled") only when somebody reads them: :meth:`Collector.settle` for one request,
 the ``tokens`` / ``last_token`` properties for all, or a pass of that worker that is not a
 continuation of the cohort (which settles and drops it, then takes the general path).
+
+Bulk decode runs: a completion may cover a run of passes of one batch
+(``PassCompletion.run_times``); its first pass takes the general path, the others are applied at
+once (token counts, last token time, second token times, one weighted gap per pass).  Weighted
+gaps are staged with their weights and folded in bulk; the sketches' sums are exact
+(:class:`~dmocker.replay.exact_sum.ExactSum`), so neither the folding nor the order in which
+workers' runs arrive changes a digit.
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
+
+from .exact_sum import ExactSum
 
 if TYPE_CHECKING:
     from dmocker.engines.interface import LockstepDelta
@@ -114,12 +123,14 @@ class LogSketch:
     relative error ``a`` of every value in it.  Zeros are counted apart.  Buckets are a dense
     array over a fixed index range (1e-6 to 1e9; values outside are clamped to the ends,
     whose exact min and max are kept), so adding a batch is one
-    ``bincount``.  Count, sum, sum of squares, min and max are exact.
+    ``bincount``.  Count, sum, sum of squares, min and max are exact; the sums are of the
+    float products ``value * weight`` and ``value * value * weight``, accumulated exactly
+    (:class:`ExactSum`), so they do not depend on the order of the additions.
     """
 
     __slots__ = (
         "_a", "_log_gamma", "_gamma", "_lo", "_counts", "_buf", "_fill", "_weighted",
-        "count", "zeros", "total", "total_sq", "min", "max",
+        "count", "zeros", "_total", "_total_sq", "min", "max",
     )
 
     _BUFFER = 1 << 16
@@ -138,8 +149,8 @@ class LogSketch:
         self._weighted: dict[int, int] = {}  # bucket -> count from add_weighted, folded lazily
         self.count = 0
         self.zeros = 0
-        self.total = 0.0
-        self.total_sq = 0.0
+        self._total = ExactSum()
+        self._total_sq = ExactSum()
         self.min = math.inf
         self.max = -math.inf
 
@@ -157,11 +168,56 @@ class LogSketch:
         self._buf[fill:fill + n] = values
         self._fill = fill + n
 
+    @property
+    def total(self) -> float:
+        """Sum of the values (correctly rounded)."""
+        return self._total.value()
+
+    @property
+    def total_sq(self) -> float:
+        """Sum of the squared values (each square rounded, the sum correctly rounded)."""
+        return self._total_sq.value()
+
+    def add_weighted_many(self, values: F64, weights: npt.NDArray[np.int64] | int) -> None:
+        """:meth:`add_weighted` of each value with its weight (or one weight for all), at once."""
+        n = int(values.shape[0])
+        if n == 0:
+            return
+        w_arr = np.broadcast_to(np.asarray(weights, dtype=np.int64), values.shape)
+        self.count += int(w_arr.sum())
+        self._total.add_many(values * w_arr)
+        self._total_sq.add_many(values * values * w_arr)
+        vmin = float(values.min())
+        vmax = float(values.max())
+        if vmin < self.min:
+            self.min = vmin
+        if vmax > self.max:
+            self.max = vmax
+        positive = values > 0.0
+        pos = values[positive]
+        if pos.shape[0] < n:
+            self.zeros += int(w_arr[~positive].sum())
+        if pos.shape[0]:
+            # The bucket add_weighted computes, ceil(math.log(v) / log_gamma), vectorised:
+            # numpy's log may differ from math.log in the last bit, which can move a quotient
+            # across an integer only when it is within ~1e-12 of one; those few are recomputed
+            # with math.log, so every value lands in the same bucket as one by one.
+            x = np.log(pos) / self._log_gamma
+            idx = np.ceil(x)
+            near = np.flatnonzero(np.abs(x - np.rint(x)) < 1e-7)
+            if near.shape[0]:
+                lg = self._log_gamma
+                for j, v in zip(near.tolist(), pos[near].tolist()):
+                    idx[j] = math.ceil(math.log(v) / lg)
+            buckets = idx.astype(np.int64) - self._lo
+            np.clip(buckets, 0, self._counts.shape[0] - 1, out=buckets)
+            np.add.at(self._counts, buckets, w_arr[positive] if pos.shape[0] < n else w_arr)
+
     def add_weighted(self, value: float, weight: int) -> None:
         """Add ``weight`` copies of one value (a whole decode batch sharing one gap)."""
         self.count += weight
-        self.total += value * weight
-        self.total_sq += value * value * weight
+        self._total.add(value * weight)
+        self._total_sq.add(value * value * weight)
         if value < self.min:
             self.min = value
         if value > self.max:
@@ -186,8 +242,8 @@ class LogSketch:
     def _fold(self, values: F64) -> None:
         n = int(values.shape[0])
         self.count += n
-        self.total += float(values.sum())
-        self.total_sq += float(np.dot(values, values))
+        self._total.add_many(values)
+        self._total_sq.add_many(values * values)
         vmin = float(values.min())
         vmax = float(values.max())
         if vmin < self.min:
@@ -229,15 +285,20 @@ class GapSketches:
     Gaps are staged once and folded into both sketches in bulk.
     """
 
-    __slots__ = ("itl", "per_user", "_buf", "_fill")
+    __slots__ = ("itl", "per_user", "_buf", "_fill", "_wbuf", "_wts", "_wfill")
 
     _BUFFER = 1 << 16
+    _WBUFFER = 1 << 14
 
     def __init__(self) -> None:
         self.itl = LogSketch()
         self.per_user = LogSketch()
         self._buf = np.empty(self._BUFFER, dtype=np.float64)
         self._fill = 0
+        # weighted gaps (a batch sharing one gap), staged with their weights
+        self._wbuf = np.empty(self._WBUFFER, dtype=np.float64)
+        self._wts = np.empty(self._WBUFFER, dtype=np.int64)
+        self._wfill = 0
 
     def add_many(self, gaps: F64) -> None:
         n = int(gaps.shape[0])
@@ -255,14 +316,46 @@ class GapSketches:
         if self._fill:
             self._fold(self._buf[: self._fill])
             self._fill = 0
+        if self._wfill:
+            f = self._wfill
+            self._fold_weighted(self._wbuf[:f], self._wts[:f])
+            self._wfill = 0
+
+    def _fold_weighted(self, gaps: F64, weights: npt.NDArray[np.int64]) -> None:
+        gaps = np.maximum(gaps, 0.0)
+        self.itl.add_weighted_many(gaps, weights)
+        positive = gaps > 0.0
+        if positive.all():
+            self.per_user.add_weighted_many(1000.0 / gaps, weights)
+        elif positive.any():
+            self.per_user.add_weighted_many(1000.0 / gaps[positive], weights[positive])
 
     def add_same(self, gap: float, weight: int) -> None:
-        """``weight`` identical gaps (the common case: a batch decoded in lockstep)."""
-        if gap < 0.0:
-            gap = 0.0
-        self.itl.add_weighted(gap, weight)
-        if gap > 0.0:
-            self.per_user.add_weighted(1000.0 / gap, weight)
+        """``weight`` identical gaps (the common case: a batch decoded in lockstep).
+
+        Staged and folded in bulk; the sketches' sums are exact, so folding later changes
+        nothing: the result is that of ``add_weighted`` on each sketch, one by one."""
+        f = self._wfill
+        if f == self._WBUFFER:
+            self.flush()
+            f = 0
+        self._wbuf[f] = gap
+        self._wts[f] = weight
+        self._wfill = f + 1
+
+    def add_same_many(self, gaps: F64, weight: int) -> None:
+        """:meth:`add_same` of each gap with the same weight (the passes of a bulk decode run)."""
+        n = int(gaps.shape[0])
+        f = self._wfill
+        if f + n > self._WBUFFER:
+            self.flush()
+            f = 0
+            if n > self._WBUFFER:
+                self._fold_weighted(gaps, np.full(n, weight, dtype=np.int64))
+                return
+        self._wbuf[f:f + n] = gaps
+        self._wts[f:f + n] = weight
+        self._wfill = f + n
 
     def _fold(self, gaps: F64) -> None:
         gaps = gaps[~np.isnan(gaps)]
@@ -429,8 +522,13 @@ class Collector:
         t_ms: float,
         source: int = -1,
         delta: LockstepDelta | None = None,
+        run_times: F64 | None = None,
     ) -> None:
         """One decode pass emitted one token for each of ``ids`` (unique) at ``t_ms``.
+
+        ``run_times`` (a bulk decode run): every id emitted one token at each of these times
+        (ascending, the last is ``t_ms``); applied as its first pass through the general path,
+        then the other passes at once, with the same result as pass by pass.
 
         ``delta`` (a lockstep pass of decode worker ``source``): when it continues this
         source's lazy cohort, the pass is applied in O(joiners + leavers + young) without
@@ -440,6 +538,9 @@ class Collector:
         the same (gap, weight) additions in the same order as the general path alone.
         """
         if ids.shape[0] == 0:
+            return
+        if run_times is not None:
+            self._run_tokens(ids, run_times, source)
             return
         if delta is not None and source >= 0 and self._use_deltas:
             co = self._lazy.get(source)
@@ -453,6 +554,35 @@ class Collector:
         if self._lazy and source in self._lazy:
             self._settle_cohort(self._lazy.pop(source))
         self._general_tokens(ids, t_ms, source)
+
+    def _run_tokens(self, ids: npt.NDArray[np.int64], times: F64, source: int) -> None:
+        """A bulk decode run: ``on_tokens`` of each pass, the passes after the first at once.
+
+        After the first pass every member last emitted at the previous pass's time, so each
+        later pass adds the gap between two pass times with the batch size as weight; only
+        members still young after the first pass (exactly one token) get their second token
+        time, at the second pass."""
+        if self._lazy and source in self._lazy:
+            self._settle_cohort(self._lazy.pop(source))
+        first = float(times[0])
+        self._general_tokens(ids, first, source)
+        more = int(times.shape[0]) - 1
+        if more <= 0:
+            return
+        end = float(times[-1])
+        self._tokens[ids] += more
+        self._last[ids] = end
+        self.gaps.add_same_many(times[1:] - times[:-1], int(ids.shape[0]))
+        young = self.young
+        if young:
+            members = set(ids.tolist())
+            second = float(times[1])
+            done = [rid for rid in young if rid in members]
+            for rid in done:
+                self.second_token[rid] = second
+                del young[rid]
+        if source >= 0:
+            self._cohort[source] = (ids, end)
 
     def _lazy_pass(
         self, co: _Cohort, ids: npt.NDArray[np.int64], t_ms: float, source: int, delta: LockstepDelta

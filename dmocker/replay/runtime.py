@@ -23,8 +23,8 @@ work left and no future event the run stops with a :class:`DeadEndError` naming 
 
 from __future__ import annotations
 
-import enum
 import heapq
+import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,11 +32,7 @@ from typing import IO, TYPE_CHECKING, Final, cast
 
 from dmocker.handoff import (
     ActivateDestination,
-    CancelDestination,
-    CancelSource,
     Canceled,
-    Complete,
-    Completion,
     DestinationReserved,
     Fact,
     Failed,
@@ -54,13 +50,10 @@ from dmocker.handoff import (
     TimedOut,
     TransferCompleted,
 )
-from dmocker.handoff import FACT_CLASSES, EventLogWriter, load_spec, success_outcomes
+from dmocker.handoff import FACT_CLASSES, EventLogWriter, load_spec
 from dmocker.engines.hashing import block_hashes_from_trace, block_hashes_from_trace_batch
 from dmocker.engines.interface import (
-    CommandEffects,
-    CommandResult,
     EngineArgs,
-    EngineCommandError,
     EngineRequest,
     EngineWorker,
     LifecycleEvent,
@@ -68,39 +61,26 @@ from dmocker.engines.interface import (
     PassPlan,
 )
 
+from .actions import _ACQUIRE, EXECUTORS, ActionExecution, executor_for
 from .collector import Collector, TerminalStatus
 from .events import DeadEndError, EventKind, EventQueue, ReplayInvariantError
-from .report import request_uuid, stable_json_line
+from .report import stable_json_line
 from .routing import RoundRobin, Router, RouterError
 from .routing.protocol import Admission
+from .records import request_record
+from .request_state import Phase, Queued, RequestState, Stage
 from .workload import AdmissionQueue, ReadyTurn, Turn
 
 if TYPE_CHECKING:
     from .planner.loop import PlannerLoop
+_Req = RequestState
+_Queued = Queued
 
 __all__ = ["Phase", "Stage", "DisaggRuntime", "RuntimeResult", "CoordinatorFactory"]
 
 #: Builds a request's coordinator: ``factory(request_id, order, fallback_transfer_delay_ms=...,
 #: spec=...)``.  The default is HandoffCoordinator itself; faults and user coordinators plug in here.
 CoordinatorFactory = Callable[..., HandoffCoordinator]
-
-
-class Stage(enum.IntEnum):
-    PREFILL = 0
-    DECODE = 1
-
-
-class Phase(enum.Enum):
-    """The reference's DisaggPhase."""
-
-    AWAITING_DESTINATION = "awaiting_destination"
-    QUEUED_PREFILL = "queued_prefill"
-    RUNNING_PREFILL = "running_prefill"
-    TRANSFER_PENDING = "transfer_pending"
-    READY_DECODE = "ready_decode"
-    RUNNING_DECODE = "running_decode"
-    CLEANUP_PENDING = "cleanup_pending"
-    DONE = "done"
 
 
 _P: Final = 0  # index of the prefill pool in per-stage tuples
@@ -124,86 +104,9 @@ _TIMER_CODE: Final = 99  # an INJECTED_FACT payload (_TIMER_CODE, timer id): a c
 # Enum members used on the per-action path, bound once: in Python 3.11 reading a member off
 # its class (``Phase.DONE``) costs ~5x a module global, and these run ~10 times per request.
 _DONE: Final = Phase.DONE
-_TRANSFER_PENDING: Final = Phase.TRANSFER_PENDING
-_READY_DECODE: Final = Phase.READY_DECODE
 _AWAITING_DESTINATION: Final = Phase.AWAITING_DESTINATION
-_PREFILL: Final = Stage.PREFILL
-_DECODE: Final = Stage.DECODE
 _DEST_FIRST: Final = HandoffOrder.DESTINATION_FIRST
-# The success acknowledgement of each action, read from the spec (its first allowed outcome).
-_OK: Final = success_outcomes(load_spec())
-_K_SCHEDULED: Final = _OK[StartTransfer.__name__]
-_K_ACTIVATED: Final = _OK[ActivateDestination.__name__]
-_K_APPLIED: Final = OutcomeKind.APPLIED
-_K_NOOP: Final = OutcomeKind.NOOP
 _K_FAILED: Final = OutcomeKind.FAILED
-_R_APPLIED: Final = CommandResult.APPLIED
-_R_NOOP: Final = CommandResult.NOOP
-_SUCCESS: Final = Completion.SUCCESS
-_CANCELED: Final = Completion.CANCELED
-_EV_TRANSFER: Final = EventKind.TRANSFER_COMPLETE
-# Per stage (_P, _D): what routing a SubmitPrefill / ReserveDestination sets and expects
-# (phase while routed, the engine's success result, the outcome acknowledged, error wording).
-_ACQUIRE: Final = (
-    (Phase.QUEUED_PREFILL, CommandResult.SUBMITTED, _OK[SubmitPrefill.__name__], "prefill submission"),
-    (Phase.AWAITING_DESTINATION, CommandResult.ACCEPTED, _OK[ReserveDestination.__name__], "destination reservation"),
-)
-
-
-class _Req:
-    """Mutable per-request runtime state; exists only while the request is in flight."""
-
-    __slots__ = (
-        "rid",
-        "turn",
-        "coord",
-        "phase",
-        "counted",
-        "prefill_worker",
-        "decode_worker",
-        "queued",
-        "engine_request",
-        "arrival_ms",
-        "first_admit_ms",
-        "prefill_admit_ms",
-        "source_held_ms",
-        "destination_reserved_ms",
-        "destination_activated_ms",
-        "decode_admit_ms",
-        "source_released_ms",
-        "prefill_reused",
-        "decode_reused",
-        "terminal_ms",
-        "held_tokens",
-        "routed",
-    )
-
-    def __init__(self, turn: Turn, arrival_ms: float, coord: HandoffCoordinator, request: EngineRequest) -> None:
-        self.rid = turn.request_id
-        self.turn = turn
-        self.coord = coord
-        self.phase = Phase.QUEUED_PREFILL
-        self.counted = True
-        self.prefill_worker = -1
-        self.decode_worker = -1
-        self.queued = 0
-        self.engine_request = request
-        self.arrival_ms = arrival_ms
-        self.first_admit_ms: float | None = None
-        self.prefill_admit_ms: float | None = None
-        self.source_held_ms: float | None = None
-        self.destination_reserved_ms: float | None = None
-        self.destination_activated_ms: float | None = None
-        self.decode_admit_ms: float | None = None
-        self.source_released_ms: float | None = None
-        self.prefill_reused: int | None = None
-        self.decode_reused: int | None = None
-        self.terminal_ms: float | None = None
-        self.held_tokens: int | None = None
-        self.routed = 0  # bit 1: the prefill router holds it, bit 2: the decode router does
-
-
-_Queued = tuple[_Req, IssuedAction]
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +118,7 @@ class RuntimeResult:
     stale_transfers_pruned: int
 
 
-class DisaggRuntime:
+class DisaggRuntime(ActionExecution):
     """Drives one replay; build it, call :meth:`run`, then read ``collector``."""
 
     def __init__(
@@ -237,6 +140,7 @@ class DisaggRuntime:
         fallback_transfer_delay_ms: float = 0.0,
         planner: PlannerLoop | None = None,
         coordinator_factory: CoordinatorFactory | None = None,
+        bulk: bool = True,
     ) -> None:
         self.now_ms = 0.0
         self._make_coord: CoordinatorFactory = coordinator_factory or HandoffCoordinator
@@ -244,6 +148,12 @@ class DisaggRuntime:
         self._pool_gone = [False, False]  # per stage: empty for good (no restart): acquires fail
         self._acquire_hooks: dict[int, Callable[[], bool]] = {}  # request -> "fail this acquire?"
         self._timer_seq = 0
+        # Bulk decode runs (workers compute the passes until their batch changes at once;
+        # see _settle).  Off with a time cap: a run would cross it.
+        # A planner tick reads every worker's latest pass and state, which a bulk run computed
+        # ahead would misreport: with a planner, decode passes run one by one.
+        self._bulk = bulk and max_sim_time_ms is None and planner is None
+        self._pools_started = False  # this time step is past its first pool phase
         self._admission = admission
         self._workers: tuple[list[EngineWorker], list[EngineWorker]] = (prefill_workers, decode_workers)
         self._active: tuple[list[int], list[int]] = (
@@ -344,7 +254,7 @@ class DisaggRuntime:
         this to exercise cancellation and timeouts mid-flight.
         """
         code = _INJECT_CODES[kind]
-        self._events.push(t_ms, EventKind.INJECTED_FACT, (code, request_id))
+        self._events.push(t_ms, EventKind.INJECTED_FACT, (code, request_id), self.now_ms)
 
     def _apply_injected(self) -> bool:
         changed = False
@@ -390,6 +300,7 @@ class DisaggRuntime:
         admission = self._admission
         dirty_p, dirty_d = self._dirty
         sweeps = 0
+        self._pools_started = False
         while True:
             now = self.now_ms
             changed = False
@@ -414,6 +325,7 @@ class DisaggRuntime:
                 changed = self._drive_pool(Stage.PREFILL) or changed
             if True in dirty_d:
                 changed = self._drive_pool(Stage.DECODE) or changed
+            self._pools_started = True
             planner = self._planner
             if (
                 planner is not None
@@ -538,16 +450,16 @@ class DisaggRuntime:
         changed = False
         pending = self._pending
         popleft = pending.popleft
-        executors = _EXECUTORS
+        executors = EXECUTORS
         while pending:
             req, issued = popleft()
             req.queued -= 1
             if req.phase is _DONE:  # pragma: no cover - removed on retirement
                 continue
-            # One dict lookup on the action class (see _EXECUTORS); False = parked or deferred.
+            # One dict lookup on the action class (see actions.EXECUTORS); False = parked or deferred.
             execute = executors.get(type(issued.action))
             if execute is None:  # pragma: no cover - closed set
-                execute = _executor(issued)
+                execute = executor_for(issued)
             if execute(self, req, issued):
                 changed = True
         return changed
@@ -557,6 +469,7 @@ class DisaggRuntime:
         workers = self._workers[stage]
         dirty = self._dirty[stage]
         now = self.now_ms
+        bulk = self._bulk
         progress = True
         while progress:
             progress = False
@@ -567,7 +480,7 @@ class DisaggRuntime:
                 w = workers[idx]
                 if w.busy:
                     continue  # its pass completion marks it dirty again
-                plan = w.start_pass(now)
+                plan = w.start_pass(now, bulk, self._quiet_until() if bulk and stage == _D else math.inf)
                 if plan is None:
                     continue
                 progress = changed = True
@@ -583,8 +496,52 @@ class DisaggRuntime:
                     self._wake_deferred(stage, idx)
                     self._process_pass(stage, completion, idx)
                 else:
-                    self._events.push(plan.end_ms, EventKind.PASS_COMPLETION, (int(stage), idx))
+                    last = plan.last_start_ms
+                    self._events.push(plan.end_ms, EventKind.PASS_COMPLETION, (int(stage), idx),
+                                      now if last is None else last)
         return changed
+
+    def _quiet_until(self) -> float:
+        """A hint for bulk runs: the earliest time something may reach a decode worker from
+        outside (the next arrival, transfer completion, injected fact or prefill pass
+        completion; decode pass completions only finish their own requests).  A run that
+        would be cut before a few passes is not worth computing; a hint only: whatever does
+        reach a worker cuts its run exactly (:meth:`_settle`)."""
+        t = self._admission.next_ready_time()
+        best = math.inf if t is None else t
+        for e in self._events.raw:
+            if e[0] < best and (e[1] != _PASS or e[3][0] != _D):
+                best = e[0]
+        return best
+
+    def _settle(self, stage: int, idx: int) -> None:
+        """Before anything touches worker ``idx`` of ``stage``: cut its bulk decode run (if
+        any) where the per-pass simulation would be now, so the worker is in exactly the state
+        pass-by-pass replay would show (mid-pass, or idle with the pass ending now completed).
+
+        Every call site that reads or commands a worker must call this first; the passes of a
+        run are determined only while nothing from outside touches the worker.
+        """
+        if not self._bulk:
+            return
+        w = self._workers[stage][idx]
+        if not w.busy:
+            return
+        cut = w.split_run(self.now_ms, self._pools_started)
+        if cut is None:
+            return
+        end, last_start = cut
+        key = (stage, idx)
+        self._events.retain(lambda kind, p: not (kind is EventKind.PASS_COMPLETION and p == key))
+        if end <= self.now_ms:
+            # pass by pass it would have completed at the start of this time step (its
+            # effects are tokens only: nothing finishes inside a run)
+            completion = w.finish_pass()
+            self._dirty[stage][idx] = True
+            self._wake_deferred(stage, idx)
+            self._process_pass(_STAGES[stage], completion, idx)
+        else:
+            self._events.push(end, EventKind.PASS_COMPLETION, key, last_start)
 
     # ------------------------------------------------------------------ passes
 
@@ -637,7 +594,7 @@ class DisaggRuntime:
                 self._lifecycle(done.lifecycle)
             return
         # Decode: tokens, then terminals, then lifecycle facts (the reference's order).
-        self.collector.on_tokens(done.emitted, now, idx, done.lockstep)
+        self.collector.on_tokens(done.emitted, now, idx, done.lockstep, done.run_times)
         if done.finished.shape[0] == 0 and not done.rejected:
             if done.lifecycle:
                 self._lifecycle(done.lifecycle)
@@ -819,7 +776,7 @@ class DisaggRuntime:
         key = self._timer_seq
         self._timer_seq = key + 1
         self._timers[key] = callback
-        self._events.push(t_ms, EventKind.INJECTED_FACT, (_TIMER_CODE, key))
+        self._events.push(t_ms, EventKind.INJECTED_FACT, (_TIMER_CODE, key), self.now_ms)
 
     def deliver(self, request_id: int, kind: type[Canceled] | type[Failed] | type[TimedOut]) -> tuple[bool, bool]:
         """Deliver a terminal fact now: (the request was live, its terminal status was recorded here)."""
@@ -838,6 +795,7 @@ class DisaggRuntime:
         are lost (``replacement``, an empty worker, takes its slot), routing skips it, actions
         deferred behind its pass run now against the empty worker.  Returns the live requests
         that still depend on it (sources not yet released; any destination), in id order."""
+        self._settle(stage, idx)  # passes of a bulk run that ended by now did happen
         active = self._active[stage]
         if idx in active:
             active.remove(idx)
@@ -974,227 +932,6 @@ class DisaggRuntime:
         if writer is not None:
             writer.log(self.now_ms, req.coord, prev, event, fact, req.prefill_worker, req.decode_worker)
 
-    # ------------------------------------------------------------------ action execution
-
-    def _wake_deferred(self, stage: int, idx: int) -> None:
-        queued = self._deferred[stage].pop(idx, None)
-        if queued:
-            self._pending.extend(queued)
-
-    def _defer(self, req: _Req, issued: IssuedAction, stage: Stage, idx: int) -> bool:
-        self._deferred[stage].setdefault(idx, deque()).append((req, issued))
-        req.queued += 1
-        return False
-
-    def _park(self, req: _Req, issued: IssuedAction, stage: Stage) -> bool:
-        self._waiting[stage].append((req, issued))
-        req.queued += 1
-        return False
-
-    def _remove_actions(self, req: _Req) -> None:
-        """Drop every queued, parked or deferred action of a request that is being torn down."""
-        if not req.queued:
-            return
-
-        def keep(q: deque[_Queued]) -> None:
-            kept = [item for item in q if item[0] is not req]
-            q.clear()
-            q.extend(kept)
-
-        keep(self._pending)
-        for stage in (0, 1):
-            self._held[stage].pop(req.rid, None)
-            keep(self._waiting[stage])
-            d = self._deferred[stage]
-            for key in sorted(d):
-                keep(d[key])
-                if not d[key]:
-                    del d[key]
-        req.queued = 0
-
-    def _submit_prefill(self, req: _Req, issued: IssuedAction) -> bool:
-        return self._acquire(req, issued, _P)
-
-    def _reserve_destination(self, req: _Req, issued: IssuedAction) -> bool:
-        return self._acquire(req, issued, _D)
-
-    def _acquire(self, req: _Req, issued: IssuedAction, stage: int) -> bool:
-        """Route SubmitPrefill (prefill pool) or ReserveDestination (decode pool) and apply it.
-
-        The two commands differ only in the engine call, the phase, the expected result and the
-        worker field they set; everything else (park while the pool is empty, round robin, mark
-        the worker dirty, FAILED on a command error, acknowledge, forward lifecycle) is shared.
-        """
-        if self._acquire_hooks and self._acquire_fails(req, issued, stage):
-            return True
-        active = self._active[stage]
-        if not active:
-            if self._pool_gone[stage]:  # crashed for good: the request cannot be served
-                self._ack(req, issued, Outcome(_K_FAILED, f"no {_STAGES[stage].name.lower()} worker left"))
-                return True
-            return self._park(req, issued, _STAGES[stage])
-        req.phase = _ACQUIRE[stage][0]
-        idx = self._routers[stage].route(req.engine_request, self.now_ms)
-        req.routed |= stage + 1
-        if idx is None:  # held in the router's queue until a notification releases it
-            self._held[stage][req.rid] = (req, issued)
-            req.queued += 1
-            return False
-        return self._dispatch(req, issued, stage, idx)
-
-    def _dispatch(self, req: _Req, issued: IssuedAction, stage: int, idx: int) -> bool:
-        """Apply a routed SubmitPrefill / ReserveDestination on worker ``idx`` and acknowledge it."""
-        if type(idx) is not int or idx not in self._active[stage]:
-            raise RouterError(
-                f"router of the {_STAGES[stage].name.lower()} pool returned worker {idx!r} for request "
-                f"{req.rid}, not one of the pool's workers {self._active[stage]}"
-            )
-        _, expected, ok, what = _ACQUIRE[stage]
-        self._dirty[stage][idx] = True
-        worker = self._workers[stage][idx]
-        try:
-            if stage == _P:
-                effects = worker.submit_handoff_prefill(req.rid, req.engine_request)
-            else:
-                effects = worker.reserve_destination(req.rid, req.engine_request)
-        except EngineCommandError as exc:
-            self._ack(req, issued, Outcome(_K_FAILED, str(exc)))
-            return True
-        if effects.result is not expected:
-            raise ReplayInvariantError(f"{what} of request {req.rid} returned {effects.result.value}")
-        if stage == _P:
-            req.prefill_worker = idx
-            if self._kv_feed and effects.kv_events:
-                self._routers[_P].on_kv_events(idx, effects.kv_events, self.now_ms)
-        else:
-            req.decode_worker = idx
-        if self._route_overlap is not None:
-            self._route_overlap[stage][req.rid] = self._routers[stage].overlap_tokens(req.rid)
-        if self._planner is not None:
-            self._planner.on_routed(stage, req.rid, idx, req.turn.input_length)
-        self._ack_ok(req, issued, ok)
-        if effects.lifecycle:
-            self._lifecycle(effects.lifecycle)
-        return True
-
-    def _start_transfer(self, req: _Req, issued: IssuedAction) -> bool:
-        action = issued.action
-        assert isinstance(action, StartTransfer)
-        self._ack_ok(req, issued, _K_SCHEDULED)
-        req.phase = _TRANSFER_PENDING
-        if action.delay_ms > 0.0:
-            self._events.push(self.now_ms + action.delay_ms, _EV_TRANSFER, (0, req.rid))
-        else:
-            self._fact(req, TransferCompleted(req.rid))
-        return True
-
-    def _activate_destination(self, req: _Req, issued: IssuedAction) -> bool:
-        idx = req.decode_worker
-        if idx < 0:
-            raise ReplayInvariantError(f"activation of request {req.rid} with no decode worker")
-        w = self._workers[_D][idx]
-        if w.busy:
-            return self._defer(req, issued, _DECODE, idx)
-        try:
-            self._dirty[_D][idx] = True
-            effects = w.activate_destination(req.rid)
-        except EngineCommandError as exc:
-            self._ack(req, issued, Outcome(_K_FAILED, str(exc)))
-            return True
-        if effects.result is not _R_APPLIED:
-            self._ack(req, issued, Outcome(_K_FAILED, "destination activation was not applied"))
-            return True
-        req.phase = _READY_DECODE
-        req.destination_activated_ms = self.now_ms
-        self._ack_ok(req, issued, _K_ACTIVATED)
-        if effects.lifecycle:
-            self._lifecycle(effects.lifecycle)
-        return True
-
-    def _release_source(self, req: _Req, issued: IssuedAction) -> bool:
-        if req.prefill_worker < 0:
-            raise ReplayInvariantError(f"release of request {req.rid} with no prefill worker")
-        return self._cleanup(req, issued, _PREFILL, req.prefill_worker, ReleaseSource)
-
-    def _cancel_source(self, req: _Req, issued: IssuedAction) -> bool:
-        if req.prefill_worker < 0:
-            self._unhold(_P, req)
-            self._ack_ok(req, issued, _K_NOOP)
-            return True
-        return self._cleanup(req, issued, _PREFILL, req.prefill_worker, CancelSource)
-
-    def _cancel_destination(self, req: _Req, issued: IssuedAction) -> bool:
-        if req.decode_worker < 0:
-            self._unhold(_D, req)
-            self._ack_ok(req, issued, _K_NOOP)
-            return True
-        return self._cleanup(req, issued, _DECODE, req.decode_worker, CancelDestination)
-
-    def _complete_action(self, req: _Req, issued: IssuedAction) -> bool:
-        self._complete(req)
-        return True
-
-    def _cleanup(
-        self,
-        req: _Req,
-        issued: IssuedAction,
-        stage: Stage,
-        idx: int,
-        cls: type[ReleaseSource] | type[CancelSource] | type[CancelDestination],
-    ) -> bool:
-        """Run one source/destination cleanup command on worker ``idx`` of ``stage``.
-
-        ReleaseSource, CancelSource and CancelDestination share the same shape (defer while the
-        worker is mid-pass, mark it dirty, run the command, acknowledge with the cleanup outcome,
-        forward lifecycle effects); only the engine command differs, so it is chosen here.
-        False when the action was deferred behind a busy worker.
-        """
-        w = self._workers[stage][idx]
-        if w.busy:
-            return self._defer(req, issued, stage, idx)
-        self._dirty[stage][idx] = True
-        if cls is ReleaseSource:
-            effects = w.release_source(req.rid)
-            req.source_released_ms = self.now_ms
-        elif cls is CancelSource:
-            effects = w.cancel_source(req.rid)
-        else:
-            effects = w.cancel_destination(req.rid)
-        # APPLIED or NOOP acknowledge as such; anything else is an engine bug.  Compared by
-        # identity, not looked up in a dict: hashing an enum member is a Python-level call.
-        result = effects.result
-        if result is _R_APPLIED:
-            self._ack_ok(req, issued, _K_APPLIED)
-        elif result is _R_NOOP:
-            self._ack_ok(req, issued, _K_NOOP)
-        else:
-            raise ReplayInvariantError(f"{cls.__name__} for request {req.rid} returned {result.value}")
-        if self._kv_feed and stage == _P and effects.kv_events:
-            self._routers[_P].on_kv_events(idx, effects.kv_events, self.now_ms)
-        if effects.lifecycle:
-            self._lifecycle(effects.lifecycle)
-        return True
-
-    def _complete(self, req: _Req) -> None:
-        completion = req.coord.completion
-        if completion is _SUCCESS:
-            self._free_route(_P, req.rid)
-            req.routed &= 2
-            self._retire(req)
-        elif completion is _CANCELED:
-            if self._route_signals:  # cancellation frees (or unqueues) both routes
-                self._free_route(_P, req.rid)
-                self._free_route(_D, req.rid)
-            if self.collector.on_terminal(req.rid, TerminalStatus.CANCELED, self.now_ms):
-                req.terminal_ms = self.now_ms
-            if req.counted:
-                self._finish_logical(req, remove_actions=True)
-            else:
-                self._remove_actions(req)
-                self._retire(req)
-        else:
-            raise ReplayInvariantError(f"request {req.rid}: Complete without a completion")
-
     # ------------------------------------------------------------------ routing hook
 
     def _free_route(self, stage: int, rid: int) -> None:
@@ -1273,69 +1010,11 @@ class DisaggRuntime:
     def _write_record(self, req: _Req) -> None:
         out = self._records
         assert out is not None
-        c = self.collector
-        rid = req.rid
-        n, first_ms, second_ms, last_ms = c.output_of(rid)  # settled (lazy lockstep cohorts)
-        first = first_ms if n > 0 else None
-        last = last_ms if n > 0 else None
-        second = second_ms if n > 1 else None
-        status = TerminalStatus(int(c.status[rid]))
-        completed = status is TerminalStatus.COMPLETED
-        rec: dict[str, object] = {
-            "request_id": rid,
-            "uuid": request_uuid(rid),
-            "session_index": req.turn.session_index,
-            "turn_index": req.turn.turn_index,
-            "arrival_time_ms": req.arrival_ms,
-            "first_admit_ms": req.first_admit_ms,
-            "terminal_time_ms": req.terminal_ms,
-            "first_token_ms": first,
-            "last_token_ms": last,
-            "ttft_ms": (first - req.arrival_ms) if first is not None and completed else None,
-            "ttst_ms": (second - first) if second is not None and first is not None and completed else None,
-            "e2e_latency_ms": (last - req.arrival_ms) if last is not None and completed else None,
-            "itl_ms": ((last - first) / (n - 1)) if n > 1 and last is not None and first is not None else None,
-            "input_length": req.turn.input_length,
-            "requested_output_length": req.turn.output_length,
-            "output_length": n,
-            "reused_input_tokens": int(c.reused[rid]),
-            "prefill_worker_idx": req.prefill_worker if req.prefill_worker >= 0 else None,
-            "decode_worker_idx": req.decode_worker if req.decode_worker >= 0 else None,
-            "prefill_admit_ms": req.prefill_admit_ms,
-            "source_held_ms": req.source_held_ms,
-            "destination_reserved_ms": req.destination_reserved_ms,
-            "destination_activated_ms": req.destination_activated_ms,
-            "decode_admit_ms": req.decode_admit_ms,
-            "source_released_ms": req.source_released_ms,
-            "prefill_reused_input_tokens": req.prefill_reused,
-            "decode_reused_input_tokens": req.decode_reused,
-            "terminal_status": status.label,
-        }
+        rec = request_record(req, self.collector)
         if self._route_overlap is not None:  # routed by something other than round robin
-            rec["prefill_route_overlap_tokens"] = self._route_overlap[_P].pop(rid, 0)
-            rec["decode_route_overlap_tokens"] = self._route_overlap[_D].pop(rid, 0)
+            rec["prefill_route_overlap_tokens"] = self._route_overlap[_P].pop(req.rid, 0)
+            rec["decode_route_overlap_tokens"] = self._route_overlap[_D].pop(req.rid, 0)
         out.write(stable_json_line(rec))
-
-
-_Executor = Callable[[DisaggRuntime, _Req, IssuedAction], bool]
-# Action class -> the runtime method that executes it (the dispatch of _drive_actions).
-_EXECUTORS: Final[dict[type, _Executor]] = {
-    SubmitPrefill: DisaggRuntime._submit_prefill,
-    ReserveDestination: DisaggRuntime._reserve_destination,
-    StartTransfer: DisaggRuntime._start_transfer,
-    ActivateDestination: DisaggRuntime._activate_destination,
-    ReleaseSource: DisaggRuntime._release_source,
-    CancelSource: DisaggRuntime._cancel_source,
-    CancelDestination: DisaggRuntime._cancel_destination,
-    Complete: DisaggRuntime._complete_action,
-}
-
-
-def _executor(issued: IssuedAction) -> _Executor:
-    execute = _EXECUTORS.get(type(issued.action))
-    if execute is None:  # pragma: no cover - closed set
-        raise ReplayInvariantError(f"unknown action {issued.action!r}")
-    return execute
 
 
 def admission_block_size(admission: AdmissionQueue) -> int:

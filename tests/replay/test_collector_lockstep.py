@@ -99,6 +99,7 @@ def _replay(
         max_sim_time_ms=cap,
         records=records,
         events=events,
+        bulk=False,  # the lazy cohorts serve the per-pass simulation (bulk runs bypass them)
     )
     for t, rid, kind in injects:
         rt.inject(t, rid % len(rows), _KINDS[kind])
