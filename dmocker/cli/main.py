@@ -10,7 +10,7 @@ from typing import Sequence
 #: Verb modules, in help order. A module that fails to import is skipped, never fatal.
 #: What plain ``dmocker`` runs.
 DEFAULT_VERB = "replay"
-VERBS = ("demo", "replay", "spec_cmd", "check", "conform", "diagram")
+VERBS = ("demo", "replay", "sweep", "spec_cmd", "check", "conform", "diagram")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,73 @@
+"""The sweep's picture: the Pareto frontier of its configurations (matplotlib, PNG or SVG).
+
+Without ``--max-rate``: goodput per GPU against p99 TTFT -- a configuration is on the frontier
+when no other one has both a lower (or equal) p99 TTFT and a higher (or equal) goodput per GPU.
+With ``--max-rate``: capacity against GPU count -- on the frontier when no configuration with
+as few GPUs holds a higher load.  The cheapest configuration meeting the SLA is starred.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+from dmocker.plotting import PLOT_EXTENSIONS, figure_bytes, new_figure
+
+from .grid import config_label
+from .rank import Row, cheapest
+
+__all__ = ["pareto", "plot_frontier", "PLOT_EXTENSIONS"]
+
+
+def pareto(points: Sequence[tuple[float, float]], *, lower_x: bool = True) -> list[int]:
+    """Indices of the non-dominated points (minimise x if ``lower_x``, maximise y), by x."""
+    sign = 1.0 if lower_x else -1.0
+    order = sorted(range(len(points)), key=lambda i: (sign * points[i][0], -points[i][1], i))
+    front: list[int] = []
+    best_y = float("-inf")
+    for i in order:
+        if points[i][1] > best_y:
+            front.append(i)
+            best_y = points[i][1]
+    return front
+
+
+def plot_frontier(rows: Sequence[Row], path: str | os.PathLike[str], *, max_rate: bool, variable: str = "rate") -> bytes:
+    """Draw the frontier and return the image bytes (the caller writes them atomically)."""
+    fmt = os.path.splitext(os.fspath(path))[1].lower().lstrip(".")
+    ok = [r for r in rows if r.ok]
+    mark = cheapest(rows)
+    fig, ax = new_figure(7.5, 4.8)
+    if max_rate:
+        pts_rows = [r for r in ok if r.capacity is not None]
+        pts = [(float(r.gpus), float(r.capacity or 0.0)) for r in pts_rows]
+        front = pareto(pts, lower_x=True)
+        unit = "req/s" if variable == "rate" else "x arrival speedup"
+        ax.set_xlabel("GPUs (prefill + decode workers)")
+        ax.set_ylabel(f"capacity ({unit})")
+        ax.set_title("Capacity against cluster size (Pareto frontier)")
+    else:
+        pts_rows = [r for r in ok if r.metric("p99_ttft_ms") is not None]
+        pts = [(float(r.metric("p99_ttft_ms") or 0.0), r.goodput_per_gpu) for r in pts_rows]
+        front = pareto(pts, lower_x=True)
+        ax.set_xlabel("p99 TTFT (ms)")
+        ax.set_ylabel("goodput per GPU (req/s)")
+        ax.set_title("Goodput per GPU against p99 TTFT (Pareto frontier)")
+    if pts:
+        xs = [p[0] for p in pts]
+        ys = [p[1] for p in pts]
+        ax.scatter(xs, ys, s=22, color="#9aa5b1", label="configuration", zorder=2)
+        fx = [pts[i][0] for i in front]
+        fy = [pts[i][1] for i in front]
+        ax.plot(fx, fy, "-o", color="#1f6feb", markersize=6, linewidth=1.6, label="Pareto frontier", zorder=3)
+        for i in front:
+            ax.annotate(config_label(pts_rows[i].config), pts[i], textcoords="offset points", xytext=(5, 5), fontsize=7)
+        if mark is not None and mark in pts_rows:
+            m = pts[pts_rows.index(mark)]
+            ax.scatter([m[0]], [m[1]], marker="*", s=220, color="#d9480f", zorder=4,
+                       label="best capacity per GPU" if max_rate else "cheapest meeting the SLA")
+        ax.legend(loc="best", fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no successful configuration", ha="center", va="center", transform=ax.transAxes)
+    ax.grid(True, alpha=0.3)
+    return figure_bytes(fig, fmt)
