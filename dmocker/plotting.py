@@ -53,7 +53,10 @@ def figure_bytes(fig: Figure, fmt: str) -> bytes:
     if fmt not in PLOT_EXTENSIONS:
         raise ValueError(f"unknown picture format {fmt!r}: expected one of {', '.join(PLOT_EXTENSIONS)}")
     buf = io.BytesIO()
-    metadata: dict[str, str | None] = {"Date": None} if fmt == "svg" else {"Software": None}
+    # No date, creator or RDF block: same data, same bytes (and no URLs in an inline SVG).
+    metadata: dict[str, str | None] = (
+        {"Date": None, "Creator": None, "Format": None, "Type": None} if fmt == "svg" else {"Software": None}
+    )
     fig.savefig(buf, format=fmt, metadata=metadata, dpi=120 if fmt == "png" else None)
     return buf.getvalue()
 

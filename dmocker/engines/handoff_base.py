@@ -119,6 +119,16 @@ class HandoffWorkerBase(Generic[R]):
     def is_drained(self) -> bool:
         return not self._busy and not self._live
 
+    def queue_depth(self) -> int:
+        """Requests queued here, not running: waiting for a pass, or accepted destinations not
+        yet reserved (a time-series probe; engines with more queues add them)."""
+        return len(self._waiting) + len(self._pending)
+
+    def kv_usage(self) -> float:
+        """Share of this worker's KV blocks in use (a time-series probe)."""
+        pool = self.pool
+        return pool.num_active_blocks / pool.total if pool.total else 0.0
+
     def _validate(self, req: EngineRequest) -> None:
         n = req.input_length
         if isinstance(n, bool) or not isinstance(n, int) or n <= 0:

@@ -180,6 +180,9 @@ class SglangWorker(HandoffWorkerBase[_SReq]):
     def num_running(self) -> int:
         return len(self._running)
 
+    def queue_depth(self) -> int:
+        return len(self._waiting) + len(self._prebuilt) + len(self._pending)
+
     # --- commands: source side -----------------------------------------------------------------
 
 

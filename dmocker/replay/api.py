@@ -22,6 +22,7 @@ from dmocker.engines.interface import Backend, EngineArgs, EngineWorker, WorkerT
 from .collector import Collector
 from .report import AtomicWriter, JsonValue, Report, SlaThresholds, build_summary
 from .runtime import DisaggRuntime
+from .timeseries import TimeSeries, TimeSeriesRecorder, add_standard_gauges, finish as finish_timeseries
 from .workload import AdmissionQueue, MooncakeTrace, SyntheticSpec, SyntheticWorkload, Workload, WorkloadError
 
 __all__ = ["run", "DEFAULT_SYNTHETIC", "resolve_engine_args"]
@@ -141,6 +142,7 @@ def run(
     events: str | os.PathLike[str] | None = None,
     progress: bool = False,
     on_retired: Callable[[int], None] | None = None,
+    timeseries: bool = False,
 ) -> Report:
     """Replay a Mooncake trace (``trace``) or a synthetic workload and return the Report.
 
@@ -149,6 +151,7 @@ def run(
     ``fixed_prefill_ms`` / ``fixed_decode_ms``) override both pools' args; pass
     ``prefill_engine_args`` / ``decode_engine_args`` for per-pool settings.  ``per_request``
     and ``events`` are JSONL paths written atomically (nothing appears on error).
+    ``timeseries`` records the series of the HTML report (``Report.timeseries``; off: no cost).
     ``clamp_input_length`` reproduces the reference's silent clamp of ``input_length`` to
     ``len(hash_ids) * trace_block_size``; by default exceeding it is a ``WorkloadError``.
     Raises ``ValueError`` (``WorkloadError`` for trace problems) on bad input.
@@ -268,6 +271,8 @@ def run(
     records_w = AtomicWriter(per_request) if per_request is not None else None
     events_w = AtomicWriter(events) if events is not None else None
     bar = _progress_bar(workload.num_requests) if progress else None
+    recorder = TimeSeriesRecorder() if timeseries else None
+    series: TimeSeries | None = None
 
     def retired(rid: int) -> None:
         if bar is not None:
@@ -288,10 +293,15 @@ def run(
             records=_as_io(records_w),
             events=_as_io(events_w),
             on_retired=retired if (bar is not None or on_retired is not None) else None,
+            sampler=recorder,
         )
+        if recorder is not None:
+            add_standard_gauges(recorder, lambda: runtime.in_flight, p_workers, d_workers)
         result = runtime.run()
         runtime.write_incomplete_records()
         summary = build_summary(collector, handoff_order=order.value, sla=sla)
+        if recorder is not None:
+            series = finish_timeseries(recorder, collector, result.now_ms)
     except BaseException:
         for w in (records_w, events_w):
             if w is not None:
@@ -313,6 +323,7 @@ def run(
         records_path=os.fspath(per_request) if per_request is not None else None,
         events_path=os.fspath(events) if events is not None else None,
         wall_seconds=time.perf_counter() - started,
+        timeseries=series,
     )
 
 

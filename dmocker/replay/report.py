@@ -19,6 +19,7 @@ from typing import IO, TypeAlias, Union
 import numpy as np
 
 from .collector import Collector, DistributionStats, TerminalStatus
+from .timeseries import TimeSeries
 
 __all__ = [
     "Report",
@@ -226,6 +227,7 @@ class Report:
     records_path: str | None = None
     events_path: str | None = None
     wall_seconds: float = field(default=0.0, compare=False)
+    timeseries: TimeSeries | None = field(default=None, compare=False, repr=False)  # run(timeseries=True)
 
     def to_json(self) -> str:
         """The byte-stable ``report.json`` text: ``{"summary": ..., "config": ...}``."""

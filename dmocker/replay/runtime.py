@@ -71,6 +71,7 @@ from .collector import Collector, TerminalStatus
 from .events import DeadEndError, EventKind, EventQueue, ReplayInvariantError
 from .report import request_uuid, stable_json_line
 from .routing import RoundRobin, Router
+from .timeseries import TimeSeriesRecorder
 from .workload import AdmissionQueue, ReadyTurn, Turn
 
 __all__ = ["Phase", "Stage", "DisaggRuntime", "RuntimeResult"]
@@ -221,8 +222,10 @@ class DisaggRuntime:
         prefill_router: Router | None = None,
         decode_router: Router | None = None,
         fallback_transfer_delay_ms: float = 0.0,
+        sampler: TimeSeriesRecorder | None = None,
     ) -> None:
         self.now_ms = 0.0
+        self._sampler = sampler  # time series for the HTML report; None unless asked
         self._admission = admission
         self._workers: tuple[list[EngineWorker], list[EngineWorker]] = (prefill_workers, decode_workers)
         self._active: tuple[list[int], list[int]] = (
@@ -271,6 +274,7 @@ class DisaggRuntime:
         heap = self._events.raw
         next_ready = self._admission.next_ready_time
         cap = self._cap
+        sampler = self._sampler
         while not self._is_done():
             t = next_ready()
             if heap and (t is None or heap[0][0] < t):
@@ -282,6 +286,8 @@ class DisaggRuntime:
                 break
             if t < self.now_ms:
                 raise ReplayInvariantError(f"clock would move backwards: {t} < {self.now_ms}")
+            if sampler is not None and t > sampler.next_ms:  # time series: once per bucket
+                sampler.sample_until(t)
             self.now_ms = t
             self._drain()
         n_p, n_d = len(self._workers[0]), len(self._workers[1])
@@ -322,6 +328,11 @@ class DisaggRuntime:
             return
         for rid in sorted(self._live):
             self._write_record(self._live[rid])
+
+    @property
+    def in_flight(self) -> int:
+        """Requests arrived and not yet terminal (time-series probe)."""
+        return self._in_flight
 
     @property
     def source_output_tokens(self) -> int:
