@@ -137,6 +137,9 @@ def run(args: argparse.Namespace) -> int:
     axis_keys = {a.key for a in AXES}
     base = {k: v for k, v in ns.items()
             if v is not None and k not in _NOT_REPLAY_KWARGS and k not in _NOT_FOR_SWEEP and k not in axis_keys}
+    for key in list(axes):
+        if len(axes[key]) == 1:  # one value is not an axis: it applies to every configuration
+            base[key] = axes.pop(key)[0]
     for key in ("engine", "prefill_workers", "decode_workers"):
         if key not in axes:
             base.setdefault(key, {"engine": "vllm", "prefill_workers": 2, "decode_workers": 2}[key])

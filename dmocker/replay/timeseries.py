@@ -163,8 +163,9 @@ class TimeSeriesRecorder:
             self.next_ms = self._next_row * self.bucket_ms
 
     def close(self, end_ms: float) -> None:
-        """The run ended at ``end_ms``: sample the final state at the remaining boundaries."""
-        self.sample_until(end_ms + 1e-9 if end_ms >= self.next_ms else end_ms)
+        """The run ended at ``end_ms``: the final state holds from then on, so it is the sample
+        of every remaining boundary up to and including the first one at or after ``end_ms``."""
+        self.sample_until(end_ms + self.bucket_ms)
 
     def _coarsen(self) -> None:
         self.bucket_ms *= 2.0

@@ -78,7 +78,7 @@ def plan_sweep(
     search_steps: int = 8,
 ) -> SweepPlan:
     """Validate the whole sweep (``ValueError`` naming the flag or field) and expand it."""
-    unknown = sorted(k for k in base if k not in _DEFAULTS or k in ("trace",))
+    unknown = sorted(k for k in base if (k not in _DEFAULTS and k != "router") or k == "trace")
     if unknown:
         raise GridError(f"not a replay argument: {', '.join(unknown)}")
     clash = sorted(set(base) & set(axes))
@@ -95,9 +95,12 @@ def plan_sweep(
     if not configs:
         raise GridError("the sweep is empty")
 
-    for value in axes.get("router", ()):
+    routers = axes.get("router", (base["router"],) if "router" in base else ())
+    for value in routers:
         if not replay_accepts("router") and str(value) not in ROUND_ROBIN_NAMES:
             raise GridError(f"--router: unknown router {value!r}: this replay has only round_robin")
+    if "router" in base and not replay_accepts("router"):
+        base = {k: v for k, v in base.items() if k != "router"}  # round robin is the replay's only one
 
     # Engine settings: every combination that reaches the engines must validate.
     engine_keys = [k for k in ("engine", *_ENGINE_KEYS) if k in axes]
