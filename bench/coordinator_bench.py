@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from dmocker.handoff.spec import success_outcomes
+from dmocker.handoff import success_outcomes
 from dmocker.handoff import (
     DestinationReserved,
     HandoffCoordinator,
@@ -22,8 +22,8 @@ from dmocker.handoff import (
     compile_table,
     load_spec,
 )
-from dmocker.handoff.machines import build_chart
-from dmocker.handoff.table import Step
+from dmocker.handoff import build_chart
+from dmocker.handoff import Step
 
 TIMING = TransferTiming(TransferTimingMode.FULL_PROMPT, 1000, 131072, 10.0)
 GOOD = success_outcomes()

@@ -2,7 +2,7 @@
 
 Properties, in report order:
 
-1. the spec's safety invariants for the order (evaluated by :mod:`dmocker.handoff.monitor`),
+1. the spec's safety invariants for the order (evaluated by :class:`dmocker.handoff.Monitor`),
    then the checker's own ``api_contract`` — decided on the fly during the search;
 2. ``no_deadlock`` — no reachable state that is not complete has zero inputs that change it or
    make it issue something;

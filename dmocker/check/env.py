@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Hashable, Sequence
 
-from dmocker.handoff.spec import success_outcomes
+from dmocker.handoff import success_outcomes
 from dmocker.handoff import (
     ActivateDestination,
     CancelDestination,

@@ -1,7 +1,7 @@
 """The checker's safety properties: the spec's invariants, plus the checker's ``api_contract``.
 
 The spec's invariants (``spec/handoff.json`` → ``invariants``) are evaluated by the one shared
-evaluator, :class:`dmocker.handoff.monitor.Monitor` — the same one the Hypothesis kit uses.  Its
+evaluator, :class:`dmocker.handoff.Monitor` — the same one the Hypothesis kit uses.  Its
 state is part of every search state.
 
 ``api_contract`` stays here, out of the spec, because it is about the Python API rather than the
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Hashable
 
 from dmocker.handoff import Completion, HandoffErrorKind, IssuedAction
-from dmocker.handoff.monitor import InvariantError, Monitor, MonitorState, StepEvent, Violation
+from dmocker.handoff import InvariantError, Monitor, MonitorState, StepEvent, Violation
 
 from dmocker.check.inputs import DeliverFact, DeliverOutcome, EnvInput
 

@@ -19,7 +19,7 @@ from dmocker.conformance.events import LogError
 from dmocker.conformance.report import dumps, render_junit, render_text, to_json, write_atomic
 from dmocker.conformance.stream import LogFormat, check_lines
 from dmocker.conformance.validator import Validator
-from dmocker.handoff.types import HandoffOrder, order_for_engine
+from dmocker.handoff import HandoffOrder, order_for_engine
 
 
 def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from dmocker.handoff.spec import success_outcomes
+from dmocker.handoff import success_outcomes
 from dmocker.handoff import (
     DestinationReserved,
     HandoffCoordinator,

@@ -13,8 +13,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dmocker.handoff.spec import ProtocolSpec, SpecError, load_spec
-from dmocker.handoff.types import HandoffOrder
+from dmocker.handoff import ProtocolSpec, SpecError, load_spec
+from dmocker.handoff import HandoffOrder
 
 if TYPE_CHECKING:
     from dmocker.diagrams.model import Diagram
@@ -103,7 +103,7 @@ def _explored_coordinator(spec: ProtocolSpec, target_text: str, order: HandoffOr
     from dmocker.check import explore, load_target
     from dmocker.check.target import TargetError
     from dmocker.diagrams.graph import diagram_from_graph
-    from dmocker.handoff.monitor import Monitor
+    from dmocker.handoff import Monitor
 
     try:
         target = load_target(target_text)

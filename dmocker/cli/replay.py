@@ -16,7 +16,7 @@ import os
 import sys
 from typing import Sequence
 
-from dmocker.handoff.types import HandoffError
+from dmocker.handoff import HandoffError
 from dmocker.replay.api import DEFAULT_SYNTHETIC, run as replay_run
 from dmocker.replay.events import DeadEndError, ReplayInvariantError
 from dmocker.replay.report import JsonValue, Report

@@ -6,7 +6,7 @@ import argparse
 
 from dmocker.cli.io import error
 from dmocker.handoff import HandoffOrder, SpecError, compile_table, load_spec
-from dmocker.handoff.table import Reject, Step
+from dmocker.handoff import Reject, Step
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -28,7 +28,7 @@ from typing import Final
 
 from dmocker.conformance.events import LogError
 from dmocker.conformance.projection import completed_symbol, projection_for, success_lifecycle
-from dmocker.handoff.types import HandoffOrder
+from dmocker.handoff import HandoffOrder
 
 #: (record field, the symbols it stands for, in order).
 MAPPING: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (

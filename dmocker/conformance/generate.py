@@ -13,7 +13,7 @@ import random
 from typing import Iterator
 
 from dmocker.conformance.projection import Projection, projection_for
-from dmocker.handoff.types import HandoffOrder
+from dmocker.handoff import HandoffOrder
 
 ENGINE_OF = {HandoffOrder.SOURCE_FIRST: "vllm", HandoffOrder.DESTINATION_FIRST: "sglang"}
 

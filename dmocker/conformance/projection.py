@@ -25,9 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from dmocker.handoff.spec import ProtocolSpec, load_spec
-from dmocker.handoff.table import CompiledTable, Step, compile_table
-from dmocker.handoff.types import HandoffOrder
+from dmocker.handoff import ProtocolSpec, load_spec
+from dmocker.handoff import CompiledTable, Step, compile_table
+from dmocker.handoff import HandoffOrder
 
 #: A node of the nondeterministic automaton: a table state and the kinds still to be logged
 #: by the step that led there (empty for a real coordinator state).

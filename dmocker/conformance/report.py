@@ -15,7 +15,7 @@ from typing import Final
 from xml.sax.saxutils import escape, quoteattr
 
 from dmocker.conformance.validator import ConformanceResult, Verdict, ViolationKind
-from dmocker.handoff.types import HandoffOrder
+from dmocker.handoff import HandoffOrder
 
 REPORT_FORMAT: Final = "dmocker.conformance-report"
 REPORT_VERSION: Final = 1

@@ -15,7 +15,7 @@ from typing import Iterable
 from dmocker.conformance.dynamo_records import RecordProblem, record_events
 from dmocker.conformance.events import HEADER_KEY, LogError, json_error_reason, parse_line
 from dmocker.conformance.validator import Validator, ViolationKind, _Open
-from dmocker.handoff.types import HandoffOrder, order_for_engine
+from dmocker.handoff import HandoffOrder, order_for_engine
 
 
 class LogFormat(enum.Enum):

@@ -22,8 +22,8 @@ from typing import Final, Iterable
 
 from dmocker.conformance.events import HandoffKey, LogError, LogEvent
 from dmocker.conformance.projection import Projection, projection_for, symbol_display
-from dmocker.handoff.spec import ProtocolSpec, load_spec
-from dmocker.handoff.types import HandoffOrder, order_for_engine
+from dmocker.handoff import ProtocolSpec, load_spec
+from dmocker.handoff import HandoffOrder, order_for_engine
 
 
 class Verdict(enum.Enum):

@@ -23,8 +23,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from dmocker.handoff.spec import ProtocolSpec
-from dmocker.handoff.types import HandoffOrder
+from dmocker.handoff import ProtocolSpec
+from dmocker.handoff import HandoffOrder
 
 from .dot import to_dot
 from .mermaid import to_mermaid

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from collections import deque
 
-from dmocker.handoff.spec import ProtocolSpec
-from dmocker.handoff.table import CompiledTable, Step, compile_table
-from dmocker.handoff.types import HandoffOrder
+from dmocker.handoff import ProtocolSpec
+from dmocker.handoff import CompiledTable, Step, compile_table
+from dmocker.handoff import HandoffOrder
 
 from .graph import edge_text, short_state_label
 from .labels import merge_lines, wrap

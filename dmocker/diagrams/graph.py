@@ -27,7 +27,7 @@ from collections.abc import Iterable
 
 import networkx as nx
 
-from dmocker.handoff.table import CompiledTable, Step
+from dmocker.handoff import CompiledTable, Step
 
 from .labels import merge_lines, wrap
 from .model import Diagram, Edge, Node, NodeKind

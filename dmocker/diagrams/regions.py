@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dmocker.handoff.spec import ProtocolSpec, Region, Transition
-from dmocker.handoff.types import HandoffOrder
+from dmocker.handoff import ProtocolSpec, Region, Transition
+from dmocker.handoff import HandoffOrder
 
 from .labels import join_events, wrap
 from .model import Cluster, Diagram, Edge, Node, NodeKind, safe_id

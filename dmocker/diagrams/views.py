@@ -6,9 +6,9 @@ import enum
 
 import networkx as nx
 
-from dmocker.handoff.spec import ProtocolSpec
-from dmocker.handoff.table import compile_table
-from dmocker.handoff.types import HandoffOrder
+from dmocker.handoff import ProtocolSpec
+from dmocker.handoff import compile_table
+from dmocker.handoff import HandoffOrder
 
 from .dot import to_dot
 from .flow import flow_diagram

@@ -19,7 +19,7 @@ import enum
 from collections import deque
 from typing import Generic, Hashable, Protocol, TypeVar
 
-from dmocker.handoff.types import DestinationReserved
+from dmocker.handoff import DestinationReserved
 from dmocker.engines.block_pool import BlockPool
 from dmocker.engines.common import ceil_div, kv_events, remove_pending
 from dmocker.engines.interface import (

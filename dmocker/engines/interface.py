@@ -57,7 +57,7 @@ import numpy.typing as npt
 
 from dmocker._frozen import fast_frozen_init
 
-from dmocker.handoff.types import (
+from dmocker.handoff import (
     DestinationReserved,
     HandoffId,
     SourceHeld,

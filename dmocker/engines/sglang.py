@@ -50,7 +50,7 @@ from typing import Hashable
 import numpy as np
 import numpy.typing as npt
 
-from dmocker.handoff.types import DestinationReserved, SourceHeld
+from dmocker.handoff import DestinationReserved, SourceHeld
 from dmocker.engines.block_pool import BlockPool, generated_block_ids
 from dmocker.engines.common import ceil_div
 from dmocker.engines.handoff_base import NOOP, HandoffWorkerBase

@@ -1,13 +1,30 @@
-"""Public API of the handoff protocol: value types, the spec, and the coordinator.
+"""Public API of the handoff protocol: value types, the spec, the compiled table, the monitor and
+the coordinator.
 
-Drivers (replay, checker, conformance, user harnesses) import only from here.
+Drivers and consumers (replay, checker, Hypothesis kit, conformance, diagrams, CLI, benches)
+import only from here.  The modules that implement it are private by name (``_spec``,
+``_table``, ``_coordinator``, ...) and may change shape freely; a test fails if a consumer
+package imports one of them.
 """
 
-from dmocker.handoff.coordinator import HandoffCoordinator
-from dmocker.handoff.monitor import Monitor, StepEvent, Violation
-from dmocker.handoff.spec import ProtocolSpec, SpecError, load_spec
-from dmocker.handoff.table import CompiledTable, compile_table
-from dmocker.handoff.types import (
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dmocker.handoff._coordinator import HandoffCoordinator
+from dmocker.handoff._monitor import InvariantError, Monitor, MonitorState, StepEvent, Violation
+from dmocker.handoff._spec import (
+    Invariant,
+    ProtocolSpec,
+    Region,
+    SpecError,
+    Transition,
+    default_spec_path,
+    load_spec,
+    success_outcomes,
+)
+from dmocker.handoff._table import STEP_TAG, CompiledTable, NotApplicable, Reject, Step, compile_table
+from dmocker.handoff._types import (
     Action,
     ActivateDestination,
     CancelDestination,
@@ -20,6 +37,7 @@ from dmocker.handoff.types import (
     Failed,
     HandoffError,
     HandoffErrorKind,
+    HandoffId,
     HandoffOrder,
     IssuedAction,
     Outcome,
@@ -36,6 +54,20 @@ from dmocker.handoff.types import (
     order_for_engine,
 )
 
+if TYPE_CHECKING:
+    from dmocker.handoff._machines import HandoffChart
+
+
+def build_chart(spec: ProtocolSpec, order: HandoffOrder) -> type[HandoffChart]:
+    """The python-statemachine chart class of ``order``, generated from the spec.
+
+    Imported on first use: python-statemachine is only needed by whoever builds a chart.
+    """
+    from dmocker.handoff._machines import build_chart as _build
+
+    return _build(spec, order)
+
+
 __all__ = [
     "Action",
     "ActivateDestination",
@@ -51,25 +83,38 @@ __all__ = [
     "HandoffCoordinator",
     "HandoffError",
     "HandoffErrorKind",
+    "HandoffId",
     "HandoffOrder",
+    "Invariant",
+    "InvariantError",
     "IssuedAction",
     "Monitor",
+    "MonitorState",
+    "NotApplicable",
     "Outcome",
     "OutcomeKind",
     "ProtocolSpec",
+    "Region",
+    "Reject",
     "ReleaseSource",
     "ReserveDestination",
+    "STEP_TAG",
     "SourceHeld",
     "SpecError",
     "StartTransfer",
+    "Step",
     "StepEvent",
     "SubmitPrefill",
     "TimedOut",
     "TransferCompleted",
     "TransferTiming",
     "TransferTimingMode",
+    "Transition",
     "Violation",
+    "build_chart",
     "compile_table",
+    "default_spec_path",
     "load_spec",
     "order_for_engine",
+    "success_outcomes",
 ]

@@ -52,8 +52,8 @@ from dmocker.handoff import (
     TimedOut,
     TransferCompleted,
 )
-from dmocker.handoff.spec import load_spec
-from dmocker.handoff.table import STEP_TAG, Step
+from dmocker.handoff import load_spec
+from dmocker.handoff import STEP_TAG, Step
 from dmocker.engines.hashing import block_hashes_from_trace, block_hashes_from_trace_batch
 from dmocker.engines.interface import (
     CommandEffects,

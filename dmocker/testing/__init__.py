@@ -6,7 +6,7 @@ any outcome for any issued or unknown action id (valid, invalid, FAILED, conflic
 second ``start()``, a non-finite fallback, and "healthy" progress (the right answer to the
 oldest open action, or the fact that is due) so that runs reach success, reopen and late
 cleanup.  After every step it checks the spec's invariants with the same evaluator as
-``dmocker check`` (:class:`dmocker.handoff.monitor.Monitor`; ``rejection_changes_nothing``
+``dmocker check`` (:class:`dmocker.handoff.Monitor`; ``rejection_changes_nothing``
 compares snapshots before and after each input); Hypothesis shrinks a failure to a short
 step list.
 
@@ -24,9 +24,9 @@ from typing import Callable, Hashable, Protocol
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from dmocker.handoff.monitor import Monitor, MonitorState, StepEvent
-from dmocker.handoff.spec import ProtocolSpec, load_spec, success_outcomes
-from dmocker.handoff.types import (
+from dmocker.handoff import Monitor, MonitorState, StepEvent
+from dmocker.handoff import ProtocolSpec, load_spec, success_outcomes
+from dmocker.handoff import (
     Canceled,
     Completion,
     DestinationReserved,

@@ -1,4 +1,4 @@
-"""The one invariant evaluator (dmocker.handoff.monitor): each kind on hand-made histories, spec-driven lists,
+"""The one invariant evaluator (dmocker.handoff.Monitor): each kind on hand-made histories, spec-driven lists,
 and the checker's own api_contract on top."""
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from dmocker.handoff import (
     TransferTimingMode,
     load_spec,
 )
-from dmocker.handoff.monitor import InvariantError, Monitor, StepEvent
-from dmocker.handoff.spec import Invariant, SpecError, default_spec_path
+from dmocker.handoff import InvariantError, Monitor, StepEvent
+from dmocker.handoff import Invariant, SpecError, default_spec_path
 
 H = "h"
 TIMING = TransferTiming(TransferTimingMode.FULL_PROMPT, 8)

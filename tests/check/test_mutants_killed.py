@@ -15,7 +15,7 @@ from dmocker.check import Status, check, load_catalogue, run_mutant, target_from
 from dmocker.check.counterexample import run_steps
 from dmocker.check.mutants import MutantResult, kill_table
 from dmocker.handoff import HandoffOrder, load_spec
-from dmocker.handoff.monitor import Monitor
+from dmocker.handoff import Monitor
 
 CATALOGUE = Path(__file__).resolve().parents[1] / "mutants"
 MUTANTS = load_catalogue(CATALOGUE)

@@ -17,7 +17,7 @@ from dmocker.check.env import INITIAL_ENV, alphabet, next_env, react, read_compl
 from dmocker.check.inputs import DeliverFact, DeliverOutcome
 from dmocker.check.invariants import safety_step, step_event
 from dmocker.handoff import HandoffOrder, load_spec
-from dmocker.handoff.monitor import Monitor
+from dmocker.handoff import Monitor
 
 TARGET = load_target(None)
 

@@ -23,7 +23,7 @@ from dmocker.handoff import (
     IssuedAction, Outcome, OutcomeKind, SourceHeld, TimedOut, TransferCompleted, TransferTiming,
     TransferTimingMode, load_spec,
 )
-from dmocker.handoff.table import CompiledTable, Step
+from dmocker.handoff import CompiledTable, Step
 
 ORDERS = list(HandoffOrder)
 

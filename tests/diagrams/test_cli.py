@@ -91,8 +91,8 @@ def test_check_docs_exit_codes(tmp_path: Path, capfd: pytest.CaptureFixture[str]
 def test_output_does_not_depend_on_hash_seed() -> None:
     """Two processes with different hash seeds print byte-identical DOT and Mermaid."""
     script = (
-        "from dmocker.handoff.spec import load_spec\n"
-        "from dmocker.handoff.types import HandoffOrder\n"
+        "from dmocker.handoff import load_spec\n"
+        "from dmocker.handoff import HandoffOrder\n"
         "from dmocker.diagrams import build_diagram, View, to_dot, to_mermaid\n"
         "s = load_spec()\n"
         "for o in HandoffOrder:\n"

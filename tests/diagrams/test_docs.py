@@ -13,7 +13,7 @@ import pytest
 
 from dmocker.diagrams import docs
 from dmocker.diagrams.render import dot_program
-from dmocker.handoff.spec import load_spec
+from dmocker.handoff import load_spec
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 

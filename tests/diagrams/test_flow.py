@@ -6,9 +6,9 @@ import pytest
 
 from dmocker.diagrams.flow import flow_diagram, happy_path
 from dmocker.diagrams.model import NodeKind
-from dmocker.handoff.spec import load_spec
-from dmocker.handoff.table import Step, compile_table
-from dmocker.handoff.types import Completion, HandoffOrder
+from dmocker.handoff import load_spec
+from dmocker.handoff import Step, compile_table
+from dmocker.handoff import Completion, HandoffOrder
 
 # The actions a clean run issues, in order: the spec's two orders differ only in the first two.
 CLEAN_RUN = {

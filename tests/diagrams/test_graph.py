@@ -10,9 +10,9 @@ from dmocker.diagrams.dot import to_dot
 from dmocker.diagrams.graph import diagram_from_graph, explored_diagram, table_graph
 from dmocker.diagrams.mermaid import to_mermaid
 from dmocker.diagrams.model import NodeKind
-from dmocker.handoff.spec import load_spec
-from dmocker.handoff.table import Step, compile_table
-from dmocker.handoff.types import HandoffOrder
+from dmocker.handoff import load_spec
+from dmocker.handoff import Step, compile_table
+from dmocker.handoff import HandoffOrder
 
 
 def test_table_graph_has_every_state_and_every_changing_step() -> None:

@@ -6,8 +6,8 @@ import pytest
 
 from dmocker.diagrams.model import Cluster, Diagram, NodeKind
 from dmocker.diagrams.regions import region_diagram
-from dmocker.handoff.spec import load_spec
-from dmocker.handoff.types import HandoffOrder
+from dmocker.handoff import load_spec
+from dmocker.handoff import HandoffOrder
 
 
 def _cluster(diagram: Diagram, name: str) -> Cluster:

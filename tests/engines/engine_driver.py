@@ -9,7 +9,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-from dmocker.handoff.types import DestinationReserved, SourceHeld
+from dmocker.handoff import DestinationReserved, SourceHeld
 from dmocker.engines.interface import (
     CommandEffects,
     EngineRequest,

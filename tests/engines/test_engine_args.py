@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from dmocker.handoff.types import TransferTimingMode
+from dmocker.handoff import TransferTimingMode
 from dmocker.engines.interface import Backend, EngineArgs, WorkerType, make_worker
 
 

@@ -12,7 +12,7 @@ import dataclasses
 from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, precondition
 
-from dmocker.handoff.types import DestinationReserved, SourceHeld
+from dmocker.handoff import DestinationReserved, SourceHeld
 from dmocker.engines.hashing import block_hashes_from_tokens
 from dmocker.engines.interface import (
     Backend,

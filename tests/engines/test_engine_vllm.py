@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from dmocker.handoff.types import DestinationReserved, SourceHeld
+from dmocker.handoff import DestinationReserved, SourceHeld
 from dmocker.engines.hashing import block_hashes_from_tokens
 from dmocker.engines.interface import (
     CommandResult,

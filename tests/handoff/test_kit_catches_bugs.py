@@ -1,6 +1,6 @@
 """The stateful kit must find real bugs: wrap our coordinator with known historical bugs.
 
-The kit and ``dmocker check`` share one invariant evaluator (dmocker.handoff.monitor.Monitor),
+The kit and ``dmocker check`` share one invariant evaluator (dmocker.handoff.Monitor),
 so the kit also catches mutants from the checker's catalogue, including one only the spec's
 ``each_action_once_per_epoch`` (formerly a checker built-in) sees.
 """

@@ -30,7 +30,7 @@ from dmocker.handoff import (
     TransferTiming,
     TransferTimingMode,
 )
-from dmocker.handoff.spec import success_outcomes
+from dmocker.handoff import success_outcomes
 from tests.handoff.test_differential import _apply, op
 
 SUCCESS = success_outcomes()

@@ -13,8 +13,8 @@ from collections import deque
 import pytest
 
 from dmocker.handoff import HandoffError, HandoffOrder, load_spec
-from dmocker.handoff.machines import build_chart
-from dmocker.handoff.table import NotApplicable, Reject, Step, compile_table
+from dmocker.handoff import build_chart
+from dmocker.handoff import NotApplicable, Reject, Step, compile_table
 
 
 @pytest.mark.parametrize("order", list(HandoffOrder), ids=lambda o: o.value)

@@ -95,7 +95,7 @@ REFERENCE_LIFECYCLES = {
 def test_clean_run_produces_the_reference_normalized_lifecycle(order: HandoffOrder) -> None:
     """Walk a clean run through the table; its observable logs, normalized, are the reference's."""
     from dmocker.handoff import compile_table, load_spec
-    from dmocker.handoff.table import Step
+    from dmocker.handoff import Step
 
     spec = load_spec()
     table = compile_table(spec, order)

@@ -10,7 +10,7 @@ import pytest
 
 from dmocker.cli.main import main
 from dmocker.handoff import SpecError, load_spec
-from dmocker.handoff.spec import default_spec_path
+from dmocker.handoff import default_spec_path
 
 RAW = json.loads(default_spec_path().read_text())
 

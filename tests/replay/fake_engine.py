@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dmocker.handoff import DestinationReserved, SourceHeld
-from dmocker.handoff.types import HandoffId
+from dmocker.handoff import HandoffId
 from dmocker.engines.interface import (
     Admission,
     CommandEffects,

@@ -19,8 +19,8 @@ from typing import Callable
 
 from statemachine import State, StateChart
 
-from dmocker.handoff.spec import ProtocolSpec, Transition
-from dmocker.handoff.types import HandoffError, HandoffErrorKind, HandoffOrder
+from dmocker.handoff._spec import ProtocolSpec, Transition
+from dmocker.handoff._types import HandoffError, HandoffErrorKind, HandoffOrder
 
 
 def event_id(name: str) -> str:
@@ -178,7 +178,7 @@ def build_chart(spec: ProtocolSpec, order: HandoffOrder) -> type[HandoffChart]:
 
 
 def _synthetic(tid: str, event: str, when: dict[str, tuple[str, ...]], result: str) -> Transition:
-    from dmocker.handoff.spec import Transition as T
+    from dmocker.handoff._spec import Transition as T
 
     return T(
         id=tid,

@@ -14,8 +14,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Final, Union
 
-from dmocker.handoff.spec import ProtocolSpec, SpecError, Transition
-from dmocker.handoff.types import Completion, HandoffErrorKind, HandoffOrder
+from dmocker.handoff._spec import ProtocolSpec, SpecError, Transition
+from dmocker.handoff._types import Completion, HandoffErrorKind, HandoffOrder
 
 IGNORE_TAG: Final = 0
 REJECT_TAG: Final = 1

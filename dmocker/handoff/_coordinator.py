@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 from typing import Callable, Final, Hashable
 
-from dmocker.handoff.spec import ProtocolSpec, load_spec
-from dmocker.handoff.table import (
+from dmocker.handoff._spec import ProtocolSpec, load_spec
+from dmocker.handoff._table import (
     STEP_TAG,
     CompiledTable,
     NotApplicable,
@@ -25,7 +25,7 @@ from dmocker.handoff.table import (
     Step,
     compile_table,
 )
-from dmocker.handoff.types import (
+from dmocker.handoff._types import (
     Action,
     ActivateDestination,
     CancelDestination,

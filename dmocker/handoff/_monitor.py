@@ -25,7 +25,7 @@ then, per issued action in order, ``issue:A``, and right after an issued Complet
 ``complete:success`` or ``complete:canceled`` (the coordinator's ``completion`` after the step;
 ``complete:none`` if it has none — an API fault the driver reports on its own).
 
-Kinds (parameter shapes in :data:`dmocker.handoff.spec.INVARIANT_PARAMS`):
+Kinds (parameter shapes in :data:`dmocker.handoff._spec.INVARIANT_PARAMS`):
 
 - ``precedes`` (first, then): every ``then`` atom comes after some ``first`` atom;
 - ``precedes_all`` (first: list, then): after every atom of the list;
@@ -48,8 +48,8 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Hashable, Mapping, Sequence, TypeAlias
 
-from dmocker.handoff.spec import Invariant, ProtocolSpec, invariant_shape_problems
-from dmocker.handoff.types import (
+from dmocker.handoff._spec import Invariant, ProtocolSpec, invariant_shape_problems
+from dmocker.handoff._types import (
     Complete,
     Completion,
     Fact,
@@ -302,7 +302,7 @@ class Monitor:
     """Evaluates a list of invariants over a coordinator's history; states are hashable tuples.
 
     Build it from a spec with :meth:`for_order` (the usual way), or from any list of
-    :class:`~dmocker.handoff.spec.Invariant` (tests, experiments).
+    :class:`~dmocker.handoff._spec.Invariant` (tests, experiments).
     """
 
     def __init__(self, invariants: Sequence[Invariant], terminal_facts: Sequence[str] = DEFAULT_TERMINAL_FACTS) -> None:

@@ -4,7 +4,7 @@ The spec file is the single source of truth: the compiled table, the python-stat
 machines, the checker's invariants, the conformance projection and the diagrams are all derived
 from the :class:`ProtocolSpec` this module returns.  Validation here is structural (names,
 shapes); the semantic checks that need the state space (reachability, ways out, completeness,
-transitions that never fire) run in :mod:`dmocker.handoff.table` and are reported through the
+transitions that never fire) run in :mod:`dmocker.handoff._table` and are reported through the
 same :class:`SpecError` naming the file and the element.
 """
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence, TypeAlias, Union
 
-from dmocker.handoff.types import HandoffErrorKind, HandoffOrder, OutcomeKind
+from dmocker.handoff._types import HandoffErrorKind, HandoffOrder, OutcomeKind
 
 JsonValue: TypeAlias = Union[None, bool, int, float, str, Sequence["JsonValue"], Mapping[str, "JsonValue"]]
 
@@ -28,7 +28,7 @@ KNOWN_STORES = ("transfer_timing", "transferable_prompt_tokens")
 #: Each invariant kind and its parameters (name -> shape).  Shapes: ``atom`` (one atom),
 #: ``atoms`` (a list of atoms), ``atom?`` (an optional atom), ``count`` (an integer >= 0),
 #: ``action`` (an action name), ``sides`` (acquiring action -> list of cleaning actions).
-#: The monitor (:mod:`dmocker.handoff.monitor`) gives each kind its meaning; spec/README.md
+#: The monitor (:mod:`dmocker.handoff._monitor`) gives each kind its meaning; spec/README.md
 #: documents both.
 INVARIANT_PARAMS: Mapping[str, Mapping[str, str]] = {
     "precedes": {"first": "atom", "then": "atom"},
@@ -50,7 +50,7 @@ def invariant_shape_problems(kind: str, params: Mapping[str, object]) -> list[st
     """What is wrong with an invariant's parameters for its kind (empty: nothing).
 
     Shapes only; whether the atoms name real actions and facts is checked by the loader, which
-    knows the spec's names.  Shared by the loader and by :class:`dmocker.handoff.monitor.Monitor`
+    knows the spec's names.  Shared by the loader and by :class:`dmocker.handoff._monitor.Monitor`
     (which may be given hand-built invariants).
     """
     shapes = INVARIANT_PARAMS.get(kind)
@@ -251,7 +251,7 @@ def load_spec(path: str | os.PathLike[str] | None = None) -> ProtocolSpec:
         return cached
     spec = parse_spec(_read_json(resolved), str(resolved))
     # Semantic validation (reachability etc.) needs the compiled tables; it raises SpecError.
-    from dmocker.handoff.table import validate_semantics
+    from dmocker.handoff._table import validate_semantics
 
     validate_semantics(spec)
     _CACHE[key] = spec
