@@ -25,7 +25,7 @@ __all__ = ["add_parser", "configure", "run", "main"]
 
 _NOT_FOR_SWEEP = ("per_request", "events", "html")  # per-replay outputs: meaningless for a sweep
 _NOT_REPLAY_KWARGS = ("out", "quiet", "func", "verbs", "command", "jobs", "backend", "ray_address",
-                      "plot", "max_rate", "sla_attainment", "search_steps", "trace")
+                      "plot", "max_rate", "sla_attainment", "search_steps", "trace", "from_json")
 
 
 def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -76,6 +76,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--search-steps", type=replay_cli._int, default=8,
                    help="bisection steps of --max-rate after bracketing (default 8)")
     s.add_argument("--plot", metavar="PICTURE", help="draw the Pareto frontier here (.png or .svg)")
+    s.add_argument("--from-json", metavar="SWEEP_JSON",
+                   help="run nothing: re-rank and re-plot a sweep.json written earlier")
     parser.set_defaults(func=run)
 
 
@@ -117,6 +119,8 @@ def run(args: argparse.Namespace) -> int:
             require()
         except PlotUnavailable as exc:
             return _fail(str(exc))
+    if args.from_json is not None:
+        return _from_json(args)
     backend = Backend(args.backend)
     if backend is Backend.RAY:
         try:
@@ -162,7 +166,8 @@ def run(args: argparse.Namespace) -> int:
         atomic_write_text(args.out, stable_json(outcome.document))
     if args.plot is not None:
         data = plot_frontier(outcome.rows, args.plot, max_rate=plan.search is not None,
-                             variable=plan.search.variable if plan.search is not None else "rate")
+                             variable=plan.search.variable if plan.search is not None else "rate",
+                             sla_ttft_ms=plan.base.get("sla_ttft_ms"))
         from dmocker.cli.io import write_atomic
 
         write_atomic(args.plot, data)
@@ -172,6 +177,36 @@ def run(args: argparse.Namespace) -> int:
         if not row.ok:
             print(f"dmocker sweep: configuration {row.index} failed: {row.error}", file=sys.stderr)
     return 1 if outcome.failed else 0
+
+
+def _from_json(args: argparse.Namespace) -> int:
+    import json
+
+    from dmocker.sweep.plot import plot_frontier
+    from dmocker.sweep.rank import rows_from_document, render_table
+
+    try:
+        with open(args.from_json, encoding="utf-8") as fh:
+            doc = json.load(fh)
+        if not isinstance(doc, dict):
+            raise ValueError("not a JSON object")
+        rows, target, sla = rows_from_document(doc)
+    except (OSError, ValueError) as exc:
+        return _fail(f"--from-json {args.from_json}: {exc}")
+    max_rate = doc.get("max_rate") is True
+    variable = "rate"
+    for row in rows:
+        if row.search is not None and isinstance(row.search.get("variable"), str):
+            variable = str(row.search["variable"])
+    ttft = sla.get("ttft_ms")
+    if args.plot is not None:
+        from dmocker.cli.io import write_atomic
+
+        write_atomic(args.plot, plot_frontier(rows, args.plot, max_rate=max_rate, variable=variable,
+                                              sla_ttft_ms=float(ttft) if isinstance(ttft, (int, float)) else None))
+    if not args.quiet:
+        sys.stdout.write(render_table(rows, target=target, max_rate=max_rate))
+    return 1 if any(not r.ok for r in rows) else 0
 
 
 def _bar(total: int) -> Any:

@@ -32,8 +32,18 @@ def pareto(points: Sequence[tuple[float, float]], *, lower_x: bool = True) -> li
     return front
 
 
-def plot_frontier(rows: Sequence[Row], path: str | os.PathLike[str], *, max_rate: bool, variable: str = "rate") -> bytes:
-    """Draw the frontier and return the image bytes (the caller writes them atomically)."""
+def plot_frontier(
+    rows: Sequence[Row],
+    path: str | os.PathLike[str],
+    *,
+    max_rate: bool,
+    variable: str = "rate",
+    sla_ttft_ms: float | None = None,
+) -> bytes:
+    """Draw the frontier and return the image bytes (the caller writes them atomically).
+
+    ``sla_ttft_ms`` draws the TTFT bound as a vertical line on the goodput picture.
+    """
     fmt = os.path.splitext(os.fspath(path))[1].lower().lstrip(".")
     ok = [r for r in rows if r.ok]
     mark = cheapest(rows)
@@ -52,6 +62,8 @@ def plot_frontier(rows: Sequence[Row], path: str | os.PathLike[str], *, max_rate
         front = pareto(pts, lower_x=True)
         ax.set_xlabel("p99 TTFT (ms)")
         ax.set_ylabel("goodput per GPU (req/s)")
+        if sla_ttft_ms is not None:
+            ax.axvline(sla_ttft_ms, color="#d9480f", linestyle="--", linewidth=1.0, label=f"TTFT SLA {sla_ttft_ms:g} ms")
         ax.set_title("Goodput per GPU against p99 TTFT (Pareto frontier)")
     if pts:
         xs = [p[0] for p in pts]

@@ -24,7 +24,7 @@ from dmocker.replay.report import JsonValue
 from .grid import ConfigValue, config_label
 from .task import TaskResult, attainment
 
-__all__ = ["Row", "build_rows", "rank", "cheapest", "render_table", "sweep_document"]
+__all__ = ["Row", "build_rows", "rank", "cheapest", "render_table", "sweep_document", "rows_from_document"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,3 +206,36 @@ def sweep_document(
         "cheapest_meeting_sla": mark.index if mark is not None else None,
         "failed": sum(1 for r in rows if not r.ok),
     }
+
+
+def rows_from_document(doc: dict[str, JsonValue]) -> tuple[list[Row], float, dict[str, JsonValue]]:
+    """Rows, SLA target and SLA bounds back from a ``sweep.json`` object (to re-rank or re-plot).
+
+    Raises ``ValueError`` naming what is missing or malformed.
+    """
+    if doc.get("dmocker_sweep") != "1.0":
+        raise ValueError("not a dmocker sweep.json (no \"dmocker_sweep\": \"1.0\")")
+    runs, sla = doc.get("runs"), doc.get("sla")
+    if not isinstance(runs, list) or not isinstance(sla, dict):
+        raise ValueError("sweep.json: \"runs\" must be a list and \"sla\" an object")
+    target = sla.get("attainment")
+    if not isinstance(target, (int, float)) or isinstance(target, bool):
+        raise ValueError("sweep.json: sla.attainment must be a number")
+    rows: list[Row] = []
+    for i, run in enumerate(runs):
+        if not isinstance(run, dict) or not isinstance(run.get("config"), dict) or not isinstance(run.get("gpus"), int):
+            raise ValueError(f"sweep.json: runs[{i}] needs \"config\" (object) and \"gpus\" (integer)")
+        config = {k: v for k, v in run["config"].items() if isinstance(v, (int, float, str))}  # type: ignore[union-attr]
+        summary = run.get("summary")
+        search = run.get("max_rate")
+        error = run.get("error")
+        gpus = run["gpus"]
+        assert isinstance(gpus, int)
+        if not isinstance(summary, dict):
+            rows.append(Row(i, config, None, str(error), search if isinstance(search, dict) else None, gpus, 0.0, 0.0, False))
+            continue
+        good, att, meets = run.get("goodput_rps"), run.get("sla_attainment"), run.get("meets_sla")
+        rows.append(Row(i, config, summary, None, search if isinstance(search, dict) else None, gpus,
+                        float(good) if isinstance(good, (int, float)) else 0.0,
+                        float(att) if isinstance(att, (int, float)) else 0.0, meets is True))
+    return rows, float(target), sla

@@ -105,3 +105,24 @@ def test_plot_png_and_svg(tmp_path: Path) -> None:
     assert "<!-- p99 TTFT (ms) -->" in text and "<!-- goodput per GPU (req/s) -->" in text
     assert "<!-- Pareto frontier -->" in text and "<!-- cheapest meeting the SLA -->" in text
     assert text.count("<svg") == 1 and "http://purl.org" not in text
+
+
+def test_from_json_reranks_without_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "sweep.json"
+    assert dmocker_main(["sweep", *WORKLOAD, "--prefill-workers", "1,2", "--sla-ttft-ms", "120",
+                         "--jobs", "1", "--out", str(out)]) == 0
+    table = capsys.readouterr().out
+    import dmocker.sweep.task as task_mod
+
+    def never(*_a: object, **_k: object) -> Any:
+        raise AssertionError("a replay ran")
+
+    monkeypatch.setattr(task_mod, "_replay", never)
+    assert dmocker_main(["sweep", "--from-json", str(out)]) == 0
+    assert capsys.readouterr().out == table
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"runs": []}')
+    assert dmocker_main(["sweep", "--from-json", str(bad)]) == 2
+    assert "not a dmocker sweep.json" in capsys.readouterr().err
