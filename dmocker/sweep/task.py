@@ -88,14 +88,21 @@ def _replay(trace: str | None, kwargs: dict[str, Any]) -> dict[str, JsonValue]:
     return report.summary
 
 
-def execute(task: SweepTask, trace: str | None, replay: Callable[[str | None, dict[str, Any]], dict[str, JsonValue]] | None = None) -> TaskResult:
-    """Run ``task`` against the trace at local path ``trace`` (None: synthetic workload)."""
+Replay = Callable[[str | None, dict[str, Any]], dict[str, JsonValue]]
+
+
+def execute(task: SweepTask, trace: str | None, replay: Replay | None = None) -> TaskResult:
+    """Run ``task`` against the trace at local path ``trace`` (None: synthetic workload).
+
+    ``replay`` stands in for the replay in tests (default: ``dmocker.replay.run``'s summary).
+    """
     do = replay or _replay
     kwargs = _kwargs(task)
+    search = task.search
     try:
-        if task.search is None:
+        if search is None:
             return TaskResult(task.index, do(trace, kwargs))
-        summary, info = _search(task.search, lambda x: do(trace, {**kwargs, task.search.variable: x}))  # type: ignore[union-attr]
+        summary, info = _search(search, lambda x: do(trace, {**kwargs, search.variable: x}))
         return TaskResult(task.index, summary, None, info)
     except Exception as exc:  # noqa: BLE001 - recorded, the sweep goes on
         return TaskResult(task.index, None, f"{type(exc).__name__}: {exc}")
