@@ -54,6 +54,9 @@ def plot_frontier(
         front = pareto(pts, lower_x=True)
         unit = "req/s" if variable == "rate" else "x arrival speedup"
         ax.set_xlabel("GPUs (prefill + decode workers)")
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel(f"capacity ({unit})")
         ax.set_title("Capacity against cluster size (Pareto frontier)")
     else:
@@ -72,11 +75,17 @@ def plot_frontier(
         fx = [pts[i][0] for i in front]
         fy = [pts[i][1] for i in front]
         ax.plot(fx, fy, "-o", color="#1f6feb", markersize=6, linewidth=1.6, label="Pareto frontier", zorder=3)
-        for i in front:
-            ax.annotate(config_label(pts_rows[i].config), pts[i], textcoords="offset points", xytext=(5, 5), fontsize=7)
+        span = (max(xs) - min(xs)) or 1.0
+        for k, i in enumerate(front):
+            # Labels go above-right; the lower of two points stacked at almost the same x (the
+            # frontier rises along x) gets its label below-right so the two do not overlap.
+            nxt = front[k + 1] if k + 1 < len(front) else None
+            stacked = nxt is not None and abs(pts[nxt][0] - pts[i][0]) < 0.03 * span
+            ax.annotate(config_label(pts_rows[i].config), pts[i], textcoords="offset points",
+                        xytext=(6, -11) if stacked else (6, 5), fontsize=7, zorder=5)
         if mark is not None and mark in pts_rows:
             m = pts[pts_rows.index(mark)]
-            ax.scatter([m[0]], [m[1]], marker="*", s=220, color="#d9480f", zorder=4,
+            ax.scatter([m[0]], [m[1]], marker="*", s=160, color="#d9480f", zorder=4, alpha=0.85,
                        label="best capacity per GPU" if max_rate else "cheapest meeting the SLA")
         ax.legend(loc="best", fontsize=8)
     else:

@@ -111,6 +111,11 @@ def _f(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
+def _g(value: float | None) -> str:
+    """Four significant digits (capacities span orders of magnitude), "-" for none."""
+    return "-" if value is None else f"{value:.4g}"
+
+
 def render_table(rows: Sequence[Row], *, target: float, max_rate: bool) -> str:
     """The ranked table printed on stdout (plain text, fixed columns)."""
     mark = cheapest(rows)
@@ -124,14 +129,14 @@ def render_table(rows: Sequence[Row], *, target: float, max_rate: bool) -> str:
         if max_rate:
             bracket = row.search.get("bracket") if row.search is not None else None
             if isinstance(bracket, list) and len(bracket) == 2:
-                lo, hi = bracket
-                btxt = f"[{_f(lo if isinstance(lo, (int, float)) else None)}, {_f(hi if isinstance(hi, (int, float)) else None)}]"
+                lo, hi = (_g(v if isinstance(v, (int, float)) else None) for v in bracket)
+                btxt = f"[{lo}, {hi}]"
             else:
                 btxt = "-"
-            line += [_f(row.capacity), btxt, _f(row.capacity_per_gpu, 3)]
+            line += [_g(row.capacity), btxt, _g(row.capacity_per_gpu)]
         if row.ok:
             line += [
-                _f(row.goodput_per_gpu, 3), _f(row.goodput_rps), f"{row.attainment:.3f}",
+                _f(row.goodput_per_gpu, 3), _f(row.goodput_rps), f"{row.attainment:.4f}",
                 _f(row.metric("p99_ttft_ms"), 1), _f(row.metric("p99_itl_ms"), 2),
                 "*" if mark is not None and row.index == mark.index else "",
             ]
