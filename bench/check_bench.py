@@ -2,7 +2,7 @@
 
     python bench/check_bench.py [--repeat 3] [--mutants]
 
-Prints, per order, states, transitions, seconds (best of --repeat) and states/s; the issue's
+Prints, per order, states, transitions, seconds (best of --repeat) and states/s; the
 target is both orders explored and checked in under 2 s.
 """
 

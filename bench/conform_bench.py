@@ -1,4 +1,4 @@
-"""Speed of `dmocker conform` on a 1M-event log (issue 5: >= 100k events/s, standard json).
+"""Speed of `dmocker conform` on a 1M-event log (target: >= 100k events/s, standard json).
 
 Generates a seeded, legal, interleaved log of both orders (engine field on every line) into a
 temporary file, then validates it through the same streaming path as the CLI and prints the
@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 
+from dmocker._atomic import AtomicFile
 from dmocker.conformance.generate import interleaved_log
 from dmocker.conformance.stream import check_native
 from dmocker.conformance.validator import Validator
@@ -30,7 +31,7 @@ def main() -> int:
     args = parser.parse_args()
     path = args.keep or os.path.join(tempfile.mkdtemp(prefix="conform-bench-"), "events.jsonl")
     t0 = time.perf_counter()
-    with open(path, "w", encoding="utf-8") as handle:
+    with AtomicFile(path) as handle:
         for line in interleaved_log(args.events, seed=args.seed, open_handoffs=args.open):
             handle.write(line + "\n")
     gen_s = time.perf_counter() - t0

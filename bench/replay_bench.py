@@ -1,16 +1,18 @@
-"""Replay speed and memory on the issue's seeded synthetic workload (and optional fidelity check).
+"""Replay speed and memory on a seeded synthetic workload (and an optional fidelity check).
 
-Default workload (issue 4, section 6): 100k requests, ISL uniform 1000-3000, OSL uniform
-100-300, Poisson 60 req/s, 8 prefix groups sharing half their blocks, trace_block_size 512,
-vLLM 2 prefill + 2 decode, round robin.
+Default workload: 100k requests, ISL uniform 1000-3000, OSL uniform 100-300, Poisson 60 req/s,
+8 prefix groups sharing half their blocks, trace_block_size 512, vLLM 2 prefill + 2 decode,
+round robin.
 
     python bench/replay_bench.py                      # dmocker: wall s, req/s, peak RSS
     python bench/replay_bench.py --requests 10000
-    python bench/replay_bench.py --reference /work/refvenv/bin/python --requests 10000
+    python bench/replay_bench.py --reference REFVENV/bin/python --requests 10000
         # also runs Dynamo's mocker (installed ONLY in that separate venv) on the very same
         # requests, written as a Mooncake trace, and prints the fidelity table and the speed
-        # ratio.  Like for like: the reference runs as the issue prescribes, with
-        # capture_per_request=True, and dmocker writes its per-request records (--records).
+        # ratio.  Like for like: the reference runs with per-request capture
+        # (capture_per_request=True), and dmocker writes its per-request records (--records).
+        # REFVENV is a venv of its own: python3 -m venv REFVENV &&
+        # REFVENV/bin/pip install ai-dynamo==1.6.1 ai-dynamo-runtime==1.6.1
 
 Each measurement runs in a fresh subprocess so peak RSS is that run's own.
 """
@@ -93,7 +95,7 @@ def child_reference(args: argparse.Namespace) -> None:
         num_prefill_workers=2,
         num_decode_workers=2,
         router_mode="round_robin",
-        capture_per_request=True,  # the issue's invocation: per-request records, as we keep
+        capture_per_request=True,  # per-request records, as dmocker keeps them (like for like)
     )
     wall = time.perf_counter() - t0
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
@@ -109,10 +111,11 @@ def child_reference(args: argparse.Namespace) -> None:
 def write_trace(args: argparse.Namespace, path: str) -> None:
     """The synthetic workload as a Mooncake trace (integer-ms timestamps) for both replays."""
     sys.path.insert(0, ROOT)
+    from dmocker._atomic import AtomicFile
     from dmocker.replay.workload import NO_NEXT, SyntheticSpec, SyntheticWorkload
 
     w = SyntheticWorkload(SyntheticSpec(**_spec_kwargs(args)))  # type: ignore[arg-type]
-    with open(path, "w") as fh:
+    with AtomicFile(path) as fh:
         for start in w.session_starts():
             rid = start.request_id
             turn = w.load(rid)
@@ -152,7 +155,7 @@ def main() -> None:
     p.add_argument("--records", action="store_true",
                    help="dmocker also writes its per-request records (JSONL, to a temp file); "
                         "always on side by side, where the reference captures per-request records "
-                        "(capture_per_request=True, the issue's invocation)")
+                        "(capture_per_request=True)")
     p.add_argument("--child", choices=["dmocker", "reference"], help=argparse.SUPPRESS)
     p.add_argument("--trace", help=argparse.SUPPRESS)
     args = p.parse_args()

@@ -143,3 +143,9 @@ def accelerated() -> bool:
     """True when the replay hot path runs compiled (mypyc), False when it runs as pure Python."""
     spec = importlib.util.find_spec("dmocker.replay.runtime")
     return spec is not None and spec.origin is not None and not spec.origin.endswith(".py")
+
+
+def hot_path_label() -> str:
+    """``"compiled"`` or ``"pure Python"``: what ``dmocker --version`` and the replay's summary
+    print, because pip hides the build output that says whether the compile worked."""
+    return "compiled" if accelerated() else "pure Python"

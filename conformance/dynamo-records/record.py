@@ -2,9 +2,9 @@
 
 Run with the SEPARATE reference venv (never a dmocker dependency):
 
-    python3 -m venv /work/refvenv
-    /work/refvenv/bin/pip install --no-deps ai-dynamo-runtime==1.6.1 ai-dynamo==1.6.1 msgspec tqdm typing-extensions
-    DYN_LOG=error /work/refvenv/bin/python conformance/dynamo-records/record.py TRACE [--requests 16]
+    python3 -m venv refvenv
+    refvenv/bin/pip install --no-deps ai-dynamo-runtime==1.6.1 ai-dynamo==1.6.1 msgspec tqdm typing-extensions
+    DYN_LOG=error refvenv/bin/python conformance/dynamo-records/record.py TRACE [--requests 16]
 
 It replays the first REQUESTS lines of a Mooncake trace on 2 prefill + 2 decode workers, round
 robin, block size 64, with a KV transfer model on the prefill side (10 GB/s, 131072 B/token), for

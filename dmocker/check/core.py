@@ -23,6 +23,7 @@ the liveness properties are ``not-run``; when it hit ``max_states`` everything n
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass, field
 from typing import Sequence
@@ -41,7 +42,7 @@ from dmocker.check.explore import (
 )
 from dmocker.check.inputs import EnvInput
 from dmocker.check.invariants import Monitor, safety_properties
-from dmocker.check.target import Target
+from dmocker.check.target import Target, TargetError
 from dmocker.check.values import DEFAULT_VALUES, ValueSet
 
 
@@ -108,6 +109,8 @@ class CheckReport:
     step_bound: int
     orders: tuple[OrderReport, ...]
     values: ValueSet = field(compare=False, repr=False)
+    #: Roots of the value set not explored for this coordinator: (root label, why).
+    skipped_roots: tuple[tuple[str, str], ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -243,9 +246,26 @@ def check(
 ) -> CheckReport:
     """Check ``target`` in each of ``orders`` against the spec's invariants and the liveness properties."""
     spec = spec if spec is not None else load_spec()
+    values, skipped = usable_roots(target, values)
     reports = tuple(
         check_order(target, order, Monitor.for_order(spec, order), values, max_states=max_states,
                     step_bound=step_bound, stop_at_first=stop_at_first)
         for order in orders
     )
-    return CheckReport(target.name, target.snapshot_mode, target.clone_mode, max_states, step_bound, reports, values)
+    return CheckReport(target.name, target.snapshot_mode, target.clone_mode, max_states, step_bound, reports, values,
+                       skipped)
+
+
+def usable_roots(target: Target, values: ValueSet) -> tuple[ValueSet, tuple[tuple[str, str], ...]]:
+    """``values`` without the roots ``target`` cannot be built for, and (label, why) of each one left out."""
+    kept = []
+    skipped: list[tuple[str, str]] = []
+    for config in values.configs:
+        reason = target.root_skip_reason(config)
+        if reason is None:
+            kept.append(config)
+        else:
+            skipped.append((config.label, reason))
+    if not kept:
+        raise TargetError(f"{target.name}: no root of the value set can be built: " + "; ".join(r for _, r in skipped))
+    return dataclasses.replace(values, configs=tuple(kept)), tuple(skipped)

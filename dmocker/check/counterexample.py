@@ -12,7 +12,6 @@ from __future__ import annotations
 import enum
 import json
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Hashable
@@ -159,36 +158,6 @@ def load_counterexample(path: str | os.PathLike[str]) -> Counterexample:
     except json.JSONDecodeError as exc:
         raise InputFormatError(f"{p}: line {exc.lineno}: invalid JSON: {exc.msg}") from None
     return counterexample_from_json(raw, str(p))
-
-
-def write_json_atomic(path: str | os.PathLike[str], data: Json) -> None:
-    """Write JSON via a temp file + os.replace so readers never see a half-written file."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=str(p.parent))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2, allow_nan=False)
-            fh.write("\n")
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=str(p.parent))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, p)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 @dataclass(frozen=True, slots=True)

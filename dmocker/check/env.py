@@ -15,46 +15,31 @@ import math
 from dataclasses import dataclass
 from typing import Hashable, Sequence
 
-from dmocker.handoff import success_outcomes
 from dmocker.handoff import (
-    ActivateDestination,
-    CancelDestination,
-    CancelSource,
-    Complete,
+    ACTION_CLASSES,
+    FACT_CLASSES,
     Completion,
-    DestinationReserved,
     HandoffError,
     HandoffErrorKind,
     IssuedAction,
     Outcome,
     OutcomeKind,
-    ReleaseSource,
-    ReserveDestination,
-    SourceHeld,
-    StartTransfer,
-    SubmitPrefill,
-    TransferCompleted,
+    fair_environment,
 )
 
 from dmocker.check.inputs import DeliverFact, DeliverOutcome, EnvInput, Start
 from dmocker.check.target import CoordinatorLike
 from dmocker.check.values import InitialConfig, ValueSet
 
-ACTION_CLASSES: dict[type, str] = {
-    SubmitPrefill: "SubmitPrefill",
-    ReserveDestination: "ReserveDestination",
-    StartTransfer: "StartTransfer",
-    ActivateDestination: "ActivateDestination",
-    ReleaseSource: "ReleaseSource",
-    CancelSource: "CancelSource",
-    CancelDestination: "CancelDestination",
-    Complete: "Complete",
-}
+#: Action class -> its spec name (the registry of dmocker.handoff, read backwards).
+ACTION_NAMES: dict[type, str] = {cls: name for name, cls in ACTION_CLASSES.items()}
+#: The fair environment of the spec: success outcomes, the facts due after them, cleanups.
+FAIR = fair_environment()
 #: The outcome a cooperative environment answers each action with (fairness assumption).
-SUCCESS_OUTCOME: dict[str, OutcomeKind] = success_outcomes()
-CANCEL_ACTIONS = ("CancelSource", "CancelDestination")
-_HELD, _RESERVED, _TRANSFERRED = 1, 2, 4
-_FACT_BITS = {SourceHeld: _HELD, DestinationReserved: _RESERVED, TransferCompleted: _TRANSFERRED}
+SUCCESS_OUTCOME: dict[str, OutcomeKind] = FAIR.success
+CANCEL_ACTIONS = FAIR.cleanup_actions
+#: One bit of ``EnvState.facts_taken`` per progress fact (spec order).
+_FACT_BITS: dict[type, int] = {FACT_CLASSES[due.fact]: 1 << i for i, due in enumerate(FAIR.due_facts)}
 UNKNOWN_ID_OUTCOME = Outcome(OutcomeKind.APPLIED)
 _OUTCOMES = {k: Outcome(k) for k in OutcomeKind}
 
@@ -90,7 +75,7 @@ class EnvState:
         return [
             (i, name)
             for i, name, kind in self.issued
-            if i >= self.epoch_start and kind is None and name != "Complete" and (names is None or name in names)
+            if i >= self.epoch_start and kind is None and name not in FAIR.unanswered and (names is None or name in names)
         ]
 
 
@@ -106,7 +91,7 @@ def alphabet(env: EnvState, values: ValueSet, facts: Sequence[DeliverFact]) -> l
     out: list[EnvInput] = [Start()]
     out.extend(facts)
     for i, name, _ in env.issued:
-        if name == "Complete":
+        if name in FAIR.unanswered:
             continue
         for kind in values.outcome_kinds:
             out.append(DeliverOutcome(i, _OUTCOMES[kind]))
@@ -123,22 +108,19 @@ def fair_input(env: EnvState, handoff_id: str, config: InitialConfig) -> EnvInpu
         i, name = pending[0]
         return DeliverOutcome(i, _OUTCOMES[SUCCESS_OUTCOME[name]])
     answered = {(name, kind) for i, name, kind in env.issued if i >= env.epoch_start}
-    hid = handoff_id
-    if ("SubmitPrefill", OutcomeKind.SUBMITTED) in answered and not env.facts_taken & _HELD:
-        return DeliverFact(SourceHeld(hid, config.fair_timing))
-    if ("ReserveDestination", OutcomeKind.ACCEPTED) in answered and not env.facts_taken & _RESERVED:
-        return DeliverFact(DestinationReserved(hid, config.fair_tokens))
-    if ("StartTransfer", OutcomeKind.SCHEDULED) in answered and not env.facts_taken & _TRANSFERRED:
-        return DeliverFact(TransferCompleted(hid))
+    for bit, due in enumerate(FAIR.due_facts):
+        if (due.action, due.outcome) in answered and not env.facts_taken & (1 << bit):
+            return DeliverFact(due.build(handoff_id, config.fair_payloads))
     return None
 
 
 def cancel_input(env: EnvState) -> EnvInput | None:
-    """Cleanup liveness: acknowledge the oldest outstanding cancel with Applied."""
+    """Cleanup liveness: acknowledge the oldest outstanding cancel with its success (Applied)."""
     pending = env.outstanding(CANCEL_ACTIONS)
     if not pending:
         return None
-    return DeliverOutcome(pending[0][0], _OUTCOMES[OutcomeKind.APPLIED])
+    i, name = pending[0]
+    return DeliverOutcome(i, _OUTCOMES[SUCCESS_OUTCOME[name]])
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +168,7 @@ def interpret(returned: object, exc: Exception | None, env: EnvState, handoff_id
     expected = env.next_id
     problem: str | None = None
     for item in returned:
-        if not isinstance(item, IssuedAction) or type(item.action) not in ACTION_CLASSES:
+        if not isinstance(item, IssuedAction) or type(item.action) not in ACTION_NAMES:
             problem = problem or f"returned {item!r}, not an IssuedAction of a handoff action"
             continue
         if item.id != expected:
@@ -229,10 +211,10 @@ def next_env(env: EnvState, inp: EnvInput, reaction: Reaction, changed: bool) ->
         extra = []
         for ia in reaction.issued:
             aid = ia.id if isinstance(ia.id, int) and not isinstance(ia.id, bool) else next_id
-            name = ACTION_CLASSES[type(ia.action)]
+            name = ACTION_NAMES[type(ia.action)]
             extra.append((aid, name, None))
             next_id = max(next_id, aid + 1)
-            if name == "Complete":
+            if name in FAIR.journal_clearing:
                 epoch = aid + 1
         issued = issued + tuple(extra)
     return EnvState(started, issued, next_id, epoch, facts)

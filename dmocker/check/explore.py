@@ -33,7 +33,7 @@ from dmocker.check.env import (
     interpret,
     read_completion,
 )
-from dmocker.check.inputs import TERMINAL_FACT_NAMES, DeliverFact, DeliverOutcome, EnvInput, describe_input
+from dmocker.check.inputs import DeliverFact, DeliverOutcome, EnvInput, describe_input
 from dmocker.check.invariants import Monitor, MonitorState, Violation, safety_step, step_event
 from dmocker.check.target import CoordinatorLike, Target, TargetError
 from dmocker.check.values import DEFAULT_VALUES, InitialConfig, ValueSet
@@ -126,11 +126,11 @@ def explore(
     ex = Exploration(order, values.configs)
     hid = values.handoff_id
     facts_by_root = [[DeliverFact(f) for f in c.facts(hid, values.foreign_id)] for c in values.configs]
-    # alphabet index (start is 0) of the own-id terminal facts, per root, in TERMINAL_FACT_NAMES order
+    # alphabet index (start is 0) of the own-id terminal facts, per root, in the spec's order (the monitor holds the spec's terminal facts)
     terminal_by_root = [
         tuple(
             1 + i
-            for name in TERMINAL_FACT_NAMES
+            for name in monitor.terminal_facts
             for i, f in enumerate(facts)
             if f.fact.handoff_id == hid and type(f.fact).__name__ == name
         )

@@ -9,20 +9,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TypeAlias, Union
+from typing import Callable, TypeAlias, Union, cast
 
 from dmocker.handoff import (
-    Canceled,
+    FACT_CLASSES,
     DestinationReserved,
     Fact,
-    Failed,
     IssuedAction,
     Outcome,
     OutcomeKind,
     SourceHeld,
     StartTransfer,
-    TimedOut,
-    TransferCompleted,
     TransferTiming,
     TransferTimingMode,
 )
@@ -53,15 +50,6 @@ class DeliverOutcome:
 
 EnvInput: TypeAlias = Union[Start, DeliverFact, DeliverOutcome]
 
-FACT_CLASSES: dict[str, type] = {
-    "SourceHeld": SourceHeld,
-    "DestinationReserved": DestinationReserved,
-    "TransferCompleted": TransferCompleted,
-    "Failed": Failed,
-    "TimedOut": TimedOut,
-    "Canceled": Canceled,
-}
-TERMINAL_FACT_NAMES = ("Failed", "TimedOut", "Canceled")
 
 
 class InputFormatError(ValueError):
@@ -219,6 +207,6 @@ def input_from_json(raw: object, where: str) -> EnvInput:
             tokens = _int(raw, "transferable_prompt_tokens", where)
             assert tokens is not None
             return DeliverFact(DestinationReserved(hid, tokens))
-        fact: Fact = cls(hid)
+        fact: Fact = cast(Callable[[object], Fact], cls)(hid)  # the payload-free facts
         return DeliverFact(fact)
     raise InputFormatError(f"{where}.input: expected 'start', 'fact' or 'outcome', got {kind!r}")

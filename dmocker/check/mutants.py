@@ -1,13 +1,15 @@
 """Mutation proof: run the checker on a catalogue of deliberately broken coordinators.
 
-A catalogue is a Python package (by default the repository's ``tests/mutants/``) whose
-``MUTANTS`` attribute is a sequence of :class:`Mutant`.  Each mutant is one plausible bug; the
+A catalogue is a Python package whose ``MUTANTS`` attribute is a sequence of :class:`Mutant`:
+by default the one shipped with dmocker (:mod:`dmocker.check.mutant_catalogue`, so that
+``dmocker check --mutants`` works from any folder and in any install), or any folder given.  Each mutant is one plausible bug; the
 checker *kills* it when some property fails in at least one order.  The kill table records,
 per mutant and order, the first failing property and its counterexample length.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import re
 import sys
@@ -23,7 +25,9 @@ from dmocker.check.explore import DEFAULT_STEP_BOUND
 from dmocker.check.target import Factory, TargetError, target_from_factory
 from dmocker.check.values import DEFAULT_VALUES, ValueSet
 
-DEFAULT_CATALOGUE = Path("tests") / "mutants"
+#: The catalogue shipped in the package (imported as ``dmocker.check.mutant_catalogue``).
+DEFAULT_CATALOGUE = Path(__file__).resolve().parent / "mutant_catalogue"
+_DEFAULT_MODULE = "dmocker.check.mutant_catalogue"
 #: Mutants are small; a bug that needs more states than this to show is a weak mutant.
 MUTANT_MAX_STATES = 50_000
 
@@ -72,9 +76,14 @@ def load_catalogue(directory: str | Path = DEFAULT_CATALOGUE) -> tuple[Mutant, .
     init = d / "__init__.py"
     if not init.is_file():
         raise CatalogueError(f"{d}: not a mutant catalogue (no __init__.py with MUTANTS)")
-    name = "_dmocker_mutants_" + re.sub(r"\W", "_", str(d.resolve()))
+    if d.resolve() == DEFAULT_CATALOGUE:
+        name = _DEFAULT_MODULE  # imported by its own name: one copy of its classes, whoever asks
+    else:
+        name = "_dmocker_mutants_" + re.sub(r"\W", "_", str(d.resolve()))
     module = sys.modules.get(name)
-    if module is None:
+    if module is None and name == _DEFAULT_MODULE:
+        module = importlib.import_module(name)
+    elif module is None:
         spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(d)])
         if spec is None or spec.loader is None:
             raise CatalogueError(f"{init}: cannot be imported")

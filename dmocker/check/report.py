@@ -35,6 +35,8 @@ def render_text(
         f"  state identity: {report.snapshot_mode}; copies: {report.clone_mode}; "
         f"max-states {report.max_states:,}; step bound {report.step_bound}",
     ]
+    for label, reason in report.skipped_roots:
+        lines.append(f"  skipped root: {label}: {reason}")
     for o in report.orders:
         lines.append("")
         extra = " (max-states reached)" if o.truncated else (" (stopped at the first violation)" if o.stopped_early else "")
@@ -90,6 +92,7 @@ def render_json(report: CheckReport) -> dict[str, Json]:
         "step_bound": report.step_bound,
         "exit_code": report.exit_code,
         "value_set": list(report.values.describe()),
+        "skipped_roots": [{"root": label, "reason": reason} for label, reason in report.skipped_roots],
         "orders": [
             {
                 "order": o.order.value,
@@ -120,6 +123,10 @@ def render_junit(report: CheckReport) -> str:
             skipped=str(sum(p.status in (Status.NOT_RUN, Status.INCONCLUSIVE) for p in o.properties)),
             time=f"{o.seconds:.3f}",
         )
+        if report.skipped_roots:
+            props = ET.SubElement(suite, "properties")
+            for n, (label, reason) in enumerate(report.skipped_roots, 1):
+                ET.SubElement(props, "property", name=f"skipped root {n}", value=f"{label}: {reason}")
         for p in o.properties:
             case = ET.SubElement(suite, "testcase", classname=f"dmocker.check.{o.order.value}", name=p.name)
             if p.status is Status.FAIL:

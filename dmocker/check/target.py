@@ -7,7 +7,9 @@ gets them:
 State identity.  If the instance has a ``snapshot()`` method, its (hashable) result is the
 state's identity: two coordinators with equal snapshots must behave identically on every future
 input.  Otherwise the checker computes a *structural key*: a canonical tuple of every attribute
-reachable from the instance (dicts sorted by the ``repr`` of their keys, sets sorted, floats by
+reachable from the instance (dicts and instance attributes in insertion order, which Python
+guarantees and code may observe; sets sorted by ``repr``, since their iteration order follows
+the per-process string hash and must not make the state count vary between runs; floats by
 ``repr`` so NaN equals itself, enums by name, objects by class and attributes).  Attributes that
 are the very same object in two freshly built instances (class-level caches, compiled tables)
 are treated as shared constants and left out of the key.
@@ -17,7 +19,10 @@ inputs that change it.  A class that defines ``__deepcopy__`` is copied with
 :func:`copy.deepcopy`.  Otherwise a structural clone copies containers and plain objects
 attribute by attribute, shares immutable values (numbers, strings, enums, tuples of those,
 frozen dataclasses) and the shared constants above, and falls back to ``copy.deepcopy`` for
-anything else.
+anything else.  A copy keeps every order a program can observe: instance attributes and dict
+entries in insertion order, lists as they are, sets copied with ``set.copy`` (CPython copies
+the hash table as it is, so the copy iterates in the same order; the one exception, a set
+that had elements removed and is laid out afresh, is an order Python itself never promises).
 """
 
 from __future__ import annotations
@@ -113,7 +118,7 @@ _MISSING = object()
 
 
 def _attributes(obj: object) -> list[tuple[str, object]]:
-    """Slot and ``__dict__`` attributes, slots first, dict entries sorted by name."""
+    """Slot and ``__dict__`` attributes, slots first, dict entries in insertion order."""
     get = object.__getattribute__
     out = [(name, v) for name in _slot_names(type(obj)) if (v := getattr(obj, name, _MISSING)) is not _MISSING]
     try:
@@ -121,7 +126,7 @@ def _attributes(obj: object) -> list[tuple[str, object]]:
     except AttributeError:
         return out
     if isinstance(d, dict) and d:
-        out.extend(sorted(d.items()))
+        out.extend(d.items())
     return out
 
 
@@ -160,7 +165,7 @@ class _Cloner:
             return value if all(a is b for a, b in zip(items, value)) else items
         if t is set:
             assert isinstance(value, set)
-            return set(value)
+            return value.copy()
         if t is frozenset or _is_frozen_dataclass(value):
             return value
         if hasattr(t, "__deepcopy__") or t.__module__ == "builtins":
@@ -183,9 +188,7 @@ class _Cloner:
             return ("shared",)
         if t is dict:
             assert isinstance(value, dict)
-            items = [(self.key(k), self.key(v)) for k, v in value.items()]
-            items.sort(key=repr)
-            return ("d", tuple(items))
+            return ("d", tuple((self.key(k), self.key(v)) for k, v in value.items()))
         if t is list or t is tuple:
             assert isinstance(value, (list, tuple))
             return (t.__name__, tuple(self.key(v) for v in value))
@@ -207,6 +210,19 @@ class Target:
     snapshot_mode: str
     clone_mode: str
     cloner: _Cloner
+    #: False when ``fallback_transfer_delay_ms`` is only a constructor keyword (all the public API
+    #: promises): roots that assign it after construction are then skipped (see :func:`usable_roots`).
+    assignable_fallback: bool = True
+
+    def root_skip_reason(self, config: InitialConfig) -> str | None:
+        """Why ``config`` cannot be used with this coordinator (None: it can)."""
+        if config.after_construction is not None and not self.assignable_fallback:
+            return (
+                f"needs fallback_transfer_delay_ms = {config.after_construction!r} assigned after construction, "
+                "and the coordinator has no assignable fallback_transfer_delay_ms attribute "
+                "(the public API only promises the constructor keyword)"
+            )
+        return None
 
     def make(self, handoff_id: str, order: HandoffOrder, config: InitialConfig) -> CoordinatorLike:
         obj = cast(CoordinatorLike, self.factory(handoff_id, order, fallback_transfer_delay_ms=config.fallback_transfer_delay_ms))
@@ -281,8 +297,9 @@ def target_from_factory(factory: Factory, name: str | None = None) -> Target:
             raise TargetError(f"{label}: missing property {prop} of the coordinator API") from None
     try:
         setattr(a, "fallback_transfer_delay_ms", getattr(a, "fallback_transfer_delay_ms"))
-    except AttributeError:
-        raise TargetError(f"{label}: missing assignable attribute fallback_transfer_delay_ms") from None
+        assignable_fallback = True
+    except AttributeError:  # constructor keyword only: the roots that assign later are skipped
+        assignable_fallback = False
     shared: set[int] = set()
     _find_shared(a, b, shared, depth=3)
     for order in HandoffOrder:  # per-order caches (a compiled table per order) are shared too
@@ -302,7 +319,7 @@ def target_from_factory(factory: Factory, name: str | None = None) -> Target:
             raise TargetError(f"{label}: snapshot() must return a hashable value: {type(exc).__name__}: {exc}") from None
         snapshot_mode = "snapshot()"
     clone_mode = "deepcopy" if hasattr(type(a), "__deepcopy__") else "structural clone"
-    return Target(label, factory, snapshot_mode, clone_mode, cloner)
+    return Target(label, factory, snapshot_mode, clone_mode, cloner, assignable_fallback)
 
 
 def load_target(text: str | None) -> Target:

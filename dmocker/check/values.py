@@ -75,6 +75,11 @@ class InitialConfig:
             raise ValueError(f"root {self.label!r}: the fair payloads must be among the root's payloads")
 
     @property
+    def fair_payloads(self) -> dict[str, object]:
+        """The fair facts' payload fields by name (the spec's ``facts.X.payload`` names)."""
+        return {"transfer_timing": self.fair_timing, "transferable_prompt_tokens": self.fair_tokens}
+
+    @property
     def effective_fallback(self) -> float:
         return self.fallback_transfer_delay_ms if self.after_construction is None else self.after_construction
 

@@ -8,13 +8,15 @@ search hit --max-states before finding a violation).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
+from dmocker._atomic import write_atomic
 from dmocker.handoff import HandoffOrder, ProtocolSpec, SpecError, load_spec
 
 from dmocker.check.core import check
-from dmocker.check.counterexample import load_counterexample, run_steps, write_json_atomic, write_text_atomic
+from dmocker.check.counterexample import load_counterexample, run_steps
 from dmocker.check.explore import DEFAULT_MAX_STATES, DEFAULT_STEP_BOUND
 from dmocker.check.inputs import InputFormatError
 from dmocker.check.invariants import InvariantError, Monitor
@@ -64,7 +66,8 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
                    help="where failing properties' counterexamples are saved as JSON (default ./dmocker-counterexamples)")
     p.add_argument("--replay", metavar="FILE", help="re-run a saved counterexample step by step")
     p.add_argument("--mutants", nargs="?", const=str(DEFAULT_CATALOGUE), metavar="DIR",
-                   help=f"run the mutant catalogue (default {DEFAULT_CATALOGUE}) and print the kill table")
+                   help="run a mutant catalogue (a package folder with MUTANTS; default: the one shipped "
+                        "in dmocker.check.mutant_catalogue) and print the kill table")
     p.add_argument("--spec", metavar="PATH", help="protocol spec (default: the repository's spec/handoff.json)")
     p.add_argument("-v", "--verbose", action="store_true", help="print every property's message")
     p.set_defaults(func=run)
@@ -97,16 +100,20 @@ def run(args: argparse.Namespace) -> int:
         for p in o.failed:
             if p.counterexample is not None:
                 path = Path(args.cex_dir) / f"{o.order.value}-{p.name}.json"
-                write_json_atomic(path, p.counterexample.to_json())
+                write_atomic(path, _json_text(p.counterexample.to_json()), make_parents=True)
                 paths[(o.order.value, p.name)] = str(path)
                 monitor = Monitor.for_order(spec, o.order)
                 traces[(o.order.value, p.name)] = run_steps(target, p.counterexample, monitor).lines()
     sys.stdout.write(render_text(report, paths, verbose=args.verbose, traces=traces))
     if args.json:
-        write_json_atomic(args.json, render_json(report))
+        write_atomic(args.json, _json_text(render_json(report)))
     if args.junit:
-        write_text_atomic(args.junit, render_junit(report))
+        write_atomic(args.junit, render_junit(report))
     return report.exit_code
+
+
+def _json_text(data: object) -> str:
+    return json.dumps(data, indent=2, allow_nan=False) + "\n"
 
 
 def _run_replay(args: argparse.Namespace, spec: ProtocolSpec) -> int:

@@ -15,8 +15,9 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from dmocker._atomic import write_atomic
 from dmocker.conformance.events import LogError
-from dmocker.conformance.report import dumps, render_junit, render_text, to_json, write_atomic
+from dmocker.conformance.report import dumps, render_junit, render_text, to_json
 from dmocker.conformance.stream import LogFormat, check_lines
 from dmocker.conformance.validator import Validator
 from dmocker.handoff import HandoffOrder, order_for_engine
@@ -117,10 +118,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_fixture(args: argparse.Namespace) -> int:
-    try:
-        from dmocker.conformance.fixture import run_fixture_cli
-    except ImportError as exc:
-        return _fail(f"--fixture needs the replay engines (dmocker.engines), not available: {exc}")
+    from dmocker.conformance.fixture import run_fixture_cli  # imports the engines: only when asked
+
     return run_fixture_cli(args)
 
 

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import argparse
 
-from dmocker.handoff import success_outcomes
 from dmocker.handoff import (
     DestinationReserved,
+    Fact,
     HandoffCoordinator,
     HandoffOrder,
     IssuedAction,
     Outcome,
     SourceHeld,
-    TransferCompleted,
     TransferTiming,
     TransferTimingMode,
+    fair_environment,
 )
-
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -30,7 +29,10 @@ def demo_lines(order: HandoffOrder) -> list[str]:
     hid = "request-0"
     timing = TransferTiming(TransferTimingMode.FULL_PROMPT, 128, 1_000_000, 1.0)
     c = HandoffCoordinator(hid, order)
-    good = success_outcomes()
+    fair = fair_environment()  # the spec's healthy environment: success outcomes, due facts
+    payloads: dict[str, object] = {"transfer_timing": timing, "transferable_prompt_tokens": 128}
+    answered: set[str] = set()
+    delivered: set[str] = set()
     lines = [f"== {order.value} =="]
     queue: list[IssuedAction] = []
 
@@ -44,22 +46,30 @@ def demo_lines(order: HandoffOrder) -> list[str]:
         if queue:
             action = queue.pop(0)
             name = type(action.action).__name__
-            if name == "Complete":
+            if name in fair.unanswered:
                 continue
-            kind = good[name]
+            kind = fair.success[name]
             show(f"outcome #{action.id} {name}: {kind.value}", c.on_action_outcome(action.id, Outcome(kind)))
+            answered.add(name)
             continue
-        label = c.state_label()
-        if "source=submitted" in label:
-            show("fact SourceHeld(128 tokens, 1 GB/s)", c.on_fact(SourceHeld(hid, timing)))
-        elif "destination=accepted" in label:
-            show("fact DestinationReserved(128 tokens)", c.on_fact(DestinationReserved(hid, 128)))
-        elif "transfer=scheduled" in label:
-            show("fact TransferCompleted", c.on_fact(TransferCompleted(hid)))
-        else:  # pragma: no cover - the clean path always has a next step
-            raise AssertionError(f"stuck in {label}")
+        due = next((d for d in fair.due_facts if d.action in answered and d.fact not in delivered), None)
+        if due is None:  # pragma: no cover - the clean path always has a next step
+            raise AssertionError(f"stuck in {c.state_label()}")
+        fact = due.build(hid, payloads)
+        delivered.add(due.fact)
+        show(f"fact {_fact(fact)}", c.on_fact(fact))
     lines.append(f"  completion: {c.completion.value if c.completion else None}")
     return lines
+
+
+def _fact(fact: Fact) -> str:
+    name = type(fact).__name__
+    if isinstance(fact, SourceHeld):
+        t = fact.transfer_timing
+        return f"{name}({t.full_prompt_tokens} tokens, {t.bandwidth_gb_s:g} GB/s)"
+    if isinstance(fact, DestinationReserved):
+        return f"{name}({fact.transferable_prompt_tokens} tokens)"
+    return name
 
 
 def _action(issued: IssuedAction) -> str:

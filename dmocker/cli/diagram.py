@@ -7,12 +7,11 @@ spec, conflicting options, Graphviz missing for SVG/PNG, binary output to a term
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dmocker._atomic import write_atomic
 from dmocker.handoff import ProtocolSpec, SpecError, load_spec
 from dmocker.handoff import HandoffOrder
 
@@ -191,25 +190,11 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.buffer.flush()
         return 0
     try:
-        _write_atomic(Path(args.out), data)
+        write_atomic(args.out, data)
     except OSError as exc:
         return _error(f"--out {args.out}: cannot write: {exc.strerror or exc}")
     print(f"wrote {args.out} ({fmt.value}, {view.value}, {args.order})", file=sys.stderr)
     return 0
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    directory = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; these are ordinary shared files
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def main(argv: list[str] | None = None) -> int:

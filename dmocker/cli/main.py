@@ -7,10 +7,25 @@ import importlib
 import sys
 from typing import Sequence
 
-#: Verb modules, in help order. A module that fails to import is skipped, never fatal.
+from dmocker.handoff import SpecError
+
 #: What plain ``dmocker`` runs.
 DEFAULT_VERB = "replay"
+#: Verb modules, in help order. One that fails to import is a broken install or a bug: the
+#: command stops with an error naming it (a verb silently missing from ``--help`` hides both).
 VERBS = ("demo", "replay", "sweep", "spec_cmd", "check", "conform", "diagram")
+
+
+class VerbImportError(Exception):
+    """A verb's module cannot be imported."""
+
+
+def version_text() -> str:
+    """``dmocker 0.1.0 (replay hot path: compiled)`` or ``... pure Python)``."""
+    from dmocker import __version__
+    from dmocker._accel import hot_path_label
+
+    return f"dmocker {__version__} (replay hot path: {hot_path_label()})"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,19 +33,32 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dmocker",
         description="Formally specified prefill->decode KV-cache handoff: spec, checker, replay, conformance.",
     )
+    parser.add_argument("--version", action="version", version=version_text(),
+                        help="print the version and whether the replay hot path is compiled or pure Python")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     parser.set_defaults(verbs=sub.choices)
     for name in VERBS:
+        module_name = f"dmocker.cli.{name}"
         try:
-            module = importlib.import_module(f"dmocker.cli.{name}")
-        except ImportError:
-            continue
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise VerbImportError(
+                f"the command module {module_name} cannot be loaded: {type(exc).__name__}: {exc} "
+                "(a broken install? reinstall dmocker)"
+            ) from exc
         module.add_parser(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except VerbImportError as exc:
+        print(f"dmocker: error: {exc}", file=sys.stderr)
+        return 1
+    except SpecError as exc:  # a module read a bad $DMOCKER_SPEC while importing: bad input
+        print(f"dmocker: error: {exc}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:
         # No verb: the main job on its built-in default.

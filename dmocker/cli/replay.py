@@ -16,6 +16,7 @@ import os
 import sys
 from typing import Sequence
 
+from dmocker._accel import hot_path_label
 from dmocker.handoff import HandoffError
 from dmocker.replay.api import DEFAULT_SYNTHETIC, run as replay_run
 from dmocker.replay.events import DeadEndError, ReplayInvariantError
@@ -116,8 +117,12 @@ def _fmt(value: JsonValue) -> str:
     return str(value)
 
 
-def render_summary(report: Report) -> str:
-    """The human summary table printed on stdout."""
+def render_summary(report: Report, *, hot_path: str | None = None) -> str:
+    """The human summary table printed on stdout.
+
+    Its first line names the hot path that ran (``hot_path``; default: this process's,
+    "compiled" or "pure Python"), which pip's quiet install does not show.
+    """
     s = report.summary
     rows: list[tuple[str, str]] = []
     for label, key in _TABLE:
@@ -132,8 +137,9 @@ def render_summary(report: Report) -> str:
         rows.append(("goodput_completed_requests", _fmt(s["goodput_completed_requests"])))
         rows.append(("goodput_request_throughput_rps", _fmt(s["goodput_request_throughput_rps"])))
     cfg = report.config
+    mode = hot_path if hot_path is not None else hot_path_label()
     head = (
-        f"dmocker replay: {cfg['engine']} {cfg['prefill_workers']}P+{cfg['decode_workers']}D, "
+        f"dmocker replay ({mode}): {cfg['engine']} {cfg['prefill_workers']}P+{cfg['decode_workers']}D, "
         f"{_workload_label(cfg)}"
     )
     width = max(len(k) for k, _ in rows)
@@ -224,10 +230,10 @@ def run(args: argparse.Namespace) -> int:
     if args.out is not None:
         report.write(args.out)
     if args.html is not None:
+        from dmocker._atomic import write_atomic
         from dmocker.report_html import render_html
-        from dmocker.replay.report import atomic_write_text
 
-        atomic_write_text(args.html, render_html(report))
+        write_atomic(args.html, render_html(report))
     if not args.quiet:
         sys.stdout.write(render_summary(report))
     return 0

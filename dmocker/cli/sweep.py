@@ -18,7 +18,8 @@ import sys
 from typing import Any, Sequence
 
 from dmocker.cli import replay as replay_cli
-from dmocker.replay.report import atomic_write_text, stable_json
+from dmocker._atomic import write_atomic
+from dmocker.replay.report import stable_json
 from dmocker.replay.workload import WorkloadError
 
 __all__ = ["add_parser", "configure", "run", "main"]
@@ -163,13 +164,11 @@ def run(args: argparse.Namespace) -> int:
         if bar is not None:
             bar.close()
     if args.out is not None:
-        atomic_write_text(args.out, stable_json(outcome.document))
+        write_atomic(args.out, stable_json(outcome.document))
     if args.plot is not None:
         data = plot_frontier(outcome.rows, args.plot, max_rate=plan.search is not None,
                              variable=plan.search.variable if plan.search is not None else "rate",
                              sla_ttft_ms=plan.base.get("sla_ttft_ms"))
-        from dmocker.cli.io import write_atomic
-
         write_atomic(args.plot, data)
     if not args.quiet:
         sys.stdout.write(render_table(outcome.rows, target=plan.target, max_rate=plan.search is not None))
@@ -200,8 +199,6 @@ def _from_json(args: argparse.Namespace) -> int:
             variable = str(row.search["variable"])
     ttft = sla.get("ttft_ms")
     if args.plot is not None:
-        from dmocker.cli.io import write_atomic
-
         write_atomic(args.plot, plot_frontier(rows, args.plot, max_rate=max_rate, variable=variable,
                                               sla_ttft_ms=float(ttft) if isinstance(ttft, (int, float)) else None))
     if not args.quiet:

@@ -1,7 +1,7 @@
 """Adapter: the reference's per-request records (Dynamo replay ``capture_per_request``) as events.
 
 A record has one timestamp per lifecycle milestone and no event sequence, so the mapping is
-(issue 5, docs/conformance.md):
+(docs/conformance.md explains it):
 
 * ``prefill_admit_ms`` -> ``prefill_submitted`` (admission follows submission, so this is a
   conservative stand-in);
@@ -28,7 +28,7 @@ from typing import Final
 
 from dmocker.conformance.events import LogError
 from dmocker.conformance.projection import completed_symbol, projection_for, success_lifecycle
-from dmocker.handoff import HandoffOrder
+from dmocker.handoff import Completion, HandoffOrder
 
 #: (record field, the symbols it stands for, in order).
 MAPPING: Final[tuple[tuple[str, tuple[str, ...]], ...]] = (
@@ -105,7 +105,7 @@ def record_events(obj: dict[str, object], line: int, order: HandoffOrder) -> Con
                 events.append((times[name], ranks[symbol], symbol))
     if status == "completed":
         latest = max((t for t, _, _ in events), default=0.0)
-        done = completed_symbol("success")
+        done = completed_symbol(Completion.SUCCESS.value)
         events.append((latest, ranks[done], done))
     events.sort()
     problems: list[RecordProblem] = []

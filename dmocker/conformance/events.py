@@ -2,6 +2,8 @@
 
 A line is ``{"handoff": ID, "t_ms": NUMBER, "event": KIND, ...}`` with optional ``engine``,
 ``worker``, ``tokens`` and ``detail``; ``completed`` needs ``detail`` ``success`` or ``canceled``.
+The vocabulary (kinds, the completion kind and its details) is read from the spec's
+``observable`` section; lines are written by :class:`dmocker.handoff.EventLogWriter`.
 An optional first line ``{"dmocker_event_log": "1.0"}`` names the format version.  Parsing is
 strict (the point of the log is to be checked) and every problem is a :class:`LogError` naming
 the line and the field, so the CLI can print ``FILE:LINE: field: reason``.
@@ -14,28 +16,30 @@ import math
 from dataclasses import dataclass
 from typing import Final, TypeAlias, Union
 
+from dmocker.handoff import load_spec
+
 #: The format version this module reads and writes; a header with another major is refused.
 FORMAT_VERSION: Final = "1.0"
 HEADER_KEY: Final = "dmocker_event_log"
 
-#: The event vocabulary (spec observable kinds; kept equal to them by a test).
-EVENT_KINDS: Final = (
-    "prefill_submitted",
-    "source_held",
-    "destination_accepted",
-    "destination_reserved",
-    "transfer_started",
-    "transfer_completed",
-    "destination_activated",
-    "source_released",
-    "source_canceled",
-    "destination_canceled",
-    "failed",
-    "timed_out",
-    "canceled",
-    "completed",
-)
-COMPLETED_DETAILS: Final = ("success", "canceled")
+_SPEC = load_spec()
+#: The event vocabulary: the spec's observable kinds (spec ``observable``), read at import.
+EVENT_KINDS: Final = _SPEC.observable_kinds
+#: The kind that carries the completion in ``detail`` (``completed``) and its details.
+COMPLETION_KIND: Final = _SPEC.completion_kind
+COMPLETED_DETAILS: Final = _SPEC.completed_details
+#: The kinds that are their own symbol (all but the completion kind).
+SIMPLE_KINDS: Final = frozenset(k for k in EVENT_KINDS if k != COMPLETION_KIND)
+
+
+def completed_symbol(detail: str) -> str:
+    """The symbol of a completion event with this detail (``completed:success``)."""
+    return f"{COMPLETION_KIND}:{detail}"
+
+
+#: detail -> the symbol of a completion event with it
+SYMBOL_OF_COMPLETED: Final = {d: completed_symbol(d) for d in COMPLETED_DETAILS}
+_DETAILS_TEXT: Final = " or ".join(repr(d) for d in COMPLETED_DETAILS)
 
 HandoffKey: TypeAlias = Union[str, int]
 
@@ -82,7 +86,6 @@ class LogError:
 
 
 _KINDS = frozenset(EVENT_KINDS)
-_SYMBOL_OF_COMPLETED = {d: f"completed:{d}" for d in COMPLETED_DETAILS}
 
 
 def parse_line(text: str, line: int) -> LogEvent | LogError | None:
@@ -144,12 +147,12 @@ def event_from_mapping(obj: dict[str, object], line: int) -> LogEvent | LogError
     detail = obj.get("detail")
     if detail is not None and not isinstance(detail, str):
         return LogError(line, "detail", f"must be a string, got {_json_type(detail)}")
-    if event == "completed":
+    if event == COMPLETION_KIND:
         if detail is None:
-            return LogError(line, "detail", "missing field: completed needs detail 'success' or 'canceled'")
-        symbol = _SYMBOL_OF_COMPLETED.get(detail)
+            return LogError(line, "detail", f"missing field: {COMPLETION_KIND} needs detail {_DETAILS_TEXT}")
+        symbol = SYMBOL_OF_COMPLETED.get(detail)
         if symbol is None:
-            return LogError(line, "detail", f"completed needs detail 'success' or 'canceled', got {detail!r}")
+            return LogError(line, "detail", f"{COMPLETION_KIND} needs detail {_DETAILS_TEXT}, got {detail!r}")
     else:
         symbol = event
     engine = obj.get("engine")

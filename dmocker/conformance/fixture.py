@@ -2,22 +2,23 @@
 
 One request (tokens 0..7: two full blocks of 4, two output tokens, arrival 0) goes through one
 prefill and one decode worker of the engine, driven by our HandoffCoordinator, once per
-transfer-timing mode.  The run captures what the reference's capture does (fact sheet §13):
+transfer-timing mode.  The run captures what the reference's capture does (``ai-dynamo/dynamo``
+``lib/mocker/src/replay/offline/disagg.rs``, its handoff conformance run):
 
 * the normalized lifecycle events in the order they happen;
 * source output tokens (the prefill's one token), destination output tokens, completed requests;
 * KV "stored" blocks on the decode worker in the ReserveDestination effects (must be 0), in the
   ActivateDestination effects (must be > 0), and later decode passes re-storing an activation
-  hash (must be 0) — §2.6: reservation publishes nothing, activation publishes the prompt;
+  hash (must be 0) — a reservation publishes nothing, an activation publishes the prompt;
 * whether the source engine, the destination engine and the driver are drained at the end;
 
 and ``validate`` applies every rule of the reference's ``validate()``.  As a bonus the run also
 writes the native event log and checks it with the streaming validator.
 
 The driver is a minimal discrete-event loop for one request: the drain order within a timestamp
-follows the reference (§9: pass completions, transfer completions, handoff actions, prefill
+follows the reference (pass completions, transfer completions, handoff actions, prefill
 passes, decode passes, to a fixed point), deferring activate/release/cancel while the target
-worker is mid-pass (§2.7).  It is deliberately not the replay runtime: a fixture should depend on
+worker is mid-pass, as the reference runtime does.  It is deliberately not the replay runtime: a fixture should depend on
 the engines and the coordinator only, so a failure points at one of them.
 """
 
@@ -30,8 +31,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Final
 
-from dmocker.conformance.generate import event_line
-from dmocker.conformance.report import write_atomic
+from dmocker._atomic import write_atomic
 from dmocker.conformance.stream import check_native
 from dmocker.conformance.validator import ConformanceResult, Validator
 from dmocker.handoff import (
@@ -39,7 +39,8 @@ from dmocker.handoff import (
     CancelDestination,
     CancelSource,
     Complete,
-    DestinationReserved,
+    Completion,
+    EventLogWriter,
     Fact,
     HandoffCoordinator,
     HandoffOrder,
@@ -55,6 +56,7 @@ from dmocker.handoff import (
     TransferTimingMode,
     load_spec,
     order_for_engine,
+    success_outcomes,
 )
 from dmocker.engines.hashing import block_hashes_from_tokens
 from dmocker.engines.interface import (
@@ -76,18 +78,24 @@ TOKENS: Final = tuple(range(8))
 MAX_OUTPUT_TOKENS: Final = 2
 BLOCK_SIZE: Final = 4
 _MAX_STEPS: Final = 10_000  # a one-request run takes a few dozen; more is a livelock
+_OK: Final = success_outcomes()  # action name -> its success acknowledgement (spec)
 
-_NORMALIZED = {
-    "source_held": "SourceHeld",
-    "destination_accepted": "DestinationAccepted",
-    "destination_reserved": "DestinationReserved",
-    "destination_activated": "DestinationActivated",
-    "source_released": "SourceReleased",
-}
+
+
+def _normalized_names() -> dict[str, str]:
+    """Observable kind -> the reference's normalized lifecycle event, for the kinds a lifecycle
+    lists (``source_held`` -> ``SourceHeld``): the spec's ``lifecycles`` name them in CamelCase."""
+    spec = load_spec()
+    listed = {name for _, names in spec.lifecycles for name in names}
+    camel = {kind: "".join(part.capitalize() for part in kind.split("_")) for kind in spec.observable_kinds}
+    return {kind: name for kind, name in camel.items() if name in listed}
+
+
+_NORMALIZED: Final = _normalized_names()
 
 
 def fixture_args(backend: Backend, worker_type: WorkerType, mode: TransferTimingMode) -> EngineArgs:
-    """The reference fixture's engine arguments (fact sheet §13)."""
+    """The reference fixture's engine arguments (small pools, block size 4, a 1 GB/s link)."""
     return EngineArgs(
         backend=backend,
         worker_type=worker_type,
@@ -136,7 +144,7 @@ class FixtureVerdict:
 
 
 def validate(capture: FixtureCapture, log: ConformanceResult) -> tuple[str, ...]:
-    """Every rule of the reference's ``validate()`` (§13), plus: the event log conforms."""
+    """Every rule of the reference's ``validate()``, plus: the event log conforms."""
     failures: list[str] = []
     expected_order = order_for_engine(capture.engine)
     if capture.order is not expected_order:
@@ -181,6 +189,7 @@ class _Driver:
         self.src_end: float | None = None
         self.dst_end: float | None = None
         self.events: list[str] = []
+        self.writer = EventLogWriter(lambda line: self.events.append(line.rstrip("\n")), engine)
         self.lifecycle: list[str] = []
         self.src_tokens = 0
         self.dst_tokens = 0
@@ -193,38 +202,26 @@ class _Driver:
 
     # --- logging --------------------------------------------------------------------------
 
-    def _log(self, event: str) -> None:
-        self.events.append(event_line(REQUEST_ID, round(self.now, 6), event, self.engine))
-        name = _NORMALIZED.get(event)
-        if name is not None:
-            self.lifecycle.append(name)
-        elif event.startswith("completed:"):
-            self.lifecycle.append("Completed")
+    def _log(self, before: int, event: str, fact: Fact | None) -> None:
+        """Log what the coordinator's step made observable (the spec's table says what)."""
+        for kind in self.writer.log(self.now, self.coord, before, event, fact, 0, 0):
+            name = _NORMALIZED.get(kind)
+            if name is not None:
+                self.lifecycle.append(name)
 
     def _take(self, issued: list[IssuedAction]) -> None:
-        for ia in issued:
-            if isinstance(ia.action, Complete):
-                completion = self.coord.completion
-                assert completion is not None
-                self._log(f"completed:{completion.value}")
-            else:
-                self.queue.append(ia)
+        self.queue.extend(ia for ia in issued if not isinstance(ia.action, Complete))
 
     def _fact(self, fact: Fact) -> None:
         before = self.coord.state
         issued = self.coord.on_fact(fact)
-        if self.coord.state != before:
-            name = {SourceHeld: "source_held", DestinationReserved: "destination_reserved",
-                    TransferCompleted: "transfer_completed"}.get(type(fact))
-            if name is not None:
-                self._log(name)
+        self._log(before, type(fact).__name__, fact)
         self._take(issued)
 
-    def _answer(self, ia: IssuedAction, outcome: Outcome, event: str | None) -> None:
+    def _answer(self, ia: IssuedAction, outcome: Outcome) -> None:
         before = self.coord.state
         issued = self.coord.on_action_outcome(ia.id, outcome)
-        if self.coord.state != before:
-            self._log(event if event is not None and outcome.kind is not OutcomeKind.FAILED else "failed")
+        self._log(before, f"{type(ia.action).__name__}.{outcome.kind.value}", None)
         self._take(issued)
 
     def _effects(self, effects: CommandEffects) -> None:
@@ -248,15 +245,15 @@ class _Driver:
         try:
             if isinstance(action, SubmitPrefill):
                 effects = self.src.submit_handoff_prefill(hid, self.request)
-                self._answer(ia, Outcome(OutcomeKind.SUBMITTED), "prefill_submitted")
+                self._answer(ia, Outcome(_OK[type(action).__name__]))
                 self._effects(effects)
             elif isinstance(action, ReserveDestination):
                 effects = self.dst.reserve_destination(hid, self.request)
                 self.stored_reserve += len(self._stored(effects.kv_events))
-                self._answer(ia, Outcome(OutcomeKind.ACCEPTED), "destination_accepted")
+                self._answer(ia, Outcome(_OK[type(action).__name__]))
                 self._effects(effects)
             elif isinstance(action, StartTransfer):
-                self._answer(ia, Outcome(OutcomeKind.SCHEDULED), "transfer_started")
+                self._answer(ia, Outcome(_OK[type(action).__name__]))
                 if action.delay_ms <= 0.0:
                     self._fact(TransferCompleted(hid))  # zero delay completes in the same drain
                 else:
@@ -270,9 +267,9 @@ class _Driver:
                 self.activation_hashes.update(stored)
                 self.activated = True
                 if effects.result is CommandResult.APPLIED:
-                    self._answer(ia, Outcome(OutcomeKind.APPLIED), "destination_activated")
-                else:  # an Activate that is not Applied becomes Failed (§2.7)
-                    self._answer(ia, Outcome(OutcomeKind.FAILED, "activation not applied"), None)
+                    self._answer(ia, Outcome(_OK[type(action).__name__]))
+                else:  # an Activate that is not Applied becomes Failed (as the reference)
+                    self._answer(ia, Outcome(OutcomeKind.FAILED, "activation not applied"))
                 self._effects(effects)
             elif isinstance(action, (ReleaseSource, CancelSource)):
                 if self.src.busy:
@@ -280,17 +277,17 @@ class _Driver:
                 release = isinstance(action, ReleaseSource)
                 effects = self.src.release_source(hid) if release else self.src.cancel_source(hid)
                 kind = OutcomeKind.APPLIED if effects.result is CommandResult.APPLIED else OutcomeKind.NOOP
-                self._answer(ia, Outcome(kind), "source_released" if release else "source_canceled")
+                self._answer(ia, Outcome(kind))
                 self._effects(effects)
             elif isinstance(action, CancelDestination):
                 if self.dst.busy:
                     return False
                 effects = self.dst.cancel_destination(hid)
                 kind = OutcomeKind.APPLIED if effects.result is CommandResult.APPLIED else OutcomeKind.NOOP
-                self._answer(ia, Outcome(kind), "destination_canceled")
+                self._answer(ia, Outcome(kind))
                 self._effects(effects)
         except EngineCommandError as exc:
-            self._answer(ia, Outcome(OutcomeKind.FAILED, str(exc)), None)
+            self._answer(ia, Outcome(OutcomeKind.FAILED, str(exc)))
         return True
 
     # --- the loop -------------------------------------------------------------------------
@@ -354,7 +351,7 @@ class _Driver:
         else:
             raise RuntimeError(f"fixture did not settle after {_MAX_STEPS} steps at t={self.now} ms")
         completed = 1 if (self.decode_finished and self.coord.completion is not None
-                          and self.coord.completion.value == "success") else 0
+                          and self.coord.completion is Completion.SUCCESS) else 0
         return FixtureCapture(
             engine=self.engine,
             mode=self.mode_of(),
@@ -432,14 +429,8 @@ def render_text(verdict: FixtureVerdict) -> str:
 
 
 def run_fixture_cli(args: argparse.Namespace) -> int:
-    """``dmocker conform --fixture ENGINE``: both timing modes; exit 0 pass, 1 fail, 2 unavailable."""
-    verdicts: list[FixtureVerdict] = []
-    for mode in TransferTimingMode:
-        try:
-            verdicts.append(run_fixture(args.fixture, mode))
-        except (ImportError, ModuleNotFoundError) as exc:
-            print(f"dmocker conform: error: the {args.fixture} engine is not available: {exc}", file=sys.stderr)
-            return 2
+    """``dmocker conform --fixture ENGINE``: both timing modes; exit 0 pass, 1 fail."""
+    verdicts = [run_fixture(args.fixture, mode) for mode in TransferTimingMode]
     for verdict in verdicts:
         sys.stdout.write(render_text(verdict))
     if getattr(args, "json_path", None):

@@ -12,9 +12,11 @@ import json
 import random
 from typing import Iterator
 
+from dmocker.conformance.events import COMPLETION_KIND
 from dmocker.conformance.projection import Projection, projection_for
 from dmocker.handoff import HandoffOrder
 
+_COMPLETED_PREFIX = f"{COMPLETION_KIND}:"
 ENGINE_OF = {HandoffOrder.SOURCE_FIRST: "vllm", HandoffOrder.DESTINATION_FIRST: "sglang"}
 
 
@@ -40,14 +42,14 @@ def random_lifecycle(projection: Projection, rng: random.Random, *, happy_bias: 
 def event_line(handoff: str | int, t_ms: float, symbol: str, engine: str | None) -> str:
     """One native log line for ``symbol`` (compact JSON, schema key order)."""
     if isinstance(handoff, str) and handoff.isalnum() and engine is not None and engine.isalnum():
-        if symbol.startswith("completed:"):
-            tail = f'"event":"completed","detail":"{symbol[10:]}"'
+        if symbol.startswith(_COMPLETED_PREFIX):
+            tail = f'"event":"{COMPLETION_KIND}","detail":"{symbol[len(_COMPLETED_PREFIX):]}"'
         else:
             tail = f'"event":"{symbol}"'
         return f'{{"handoff":"{handoff}","t_ms":{json.dumps(t_ms)},{tail},"engine":"{engine}"}}'
     obj: dict[str, object] = {"handoff": handoff, "t_ms": t_ms}
-    if symbol.startswith("completed:"):
-        obj["event"] = "completed"
+    if symbol.startswith(_COMPLETED_PREFIX):
+        obj["event"] = COMPLETION_KIND
         obj["detail"] = symbol.split(":", 1)[1]
     else:
         obj["event"] = symbol

@@ -25,20 +25,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from dmocker.handoff import ProtocolSpec, load_spec
+from dmocker.handoff import ProtocolSpec, derived, load_spec
 from dmocker.handoff import CompiledTable, Step, compile_table
 from dmocker.handoff import HandoffOrder
+from dmocker.conformance.events import COMPLETION_KIND
+from dmocker.conformance.events import completed_symbol as completed_symbol
 
 #: A node of the nondeterministic automaton: a table state and the kinds still to be logged
 #: by the step that led there (empty for a real coordinator state).
 Node = tuple[int, tuple[str, ...]]
 
-COMPLETED: Final = "completed"
-
-
-def completed_symbol(detail: str) -> str:
-    """The symbol of a ``completed`` event with this detail."""
-    return f"{COMPLETED}:{detail}"
+COMPLETED: Final = COMPLETION_KIND
 
 
 def symbol_display(symbol: str) -> str:
@@ -273,19 +270,11 @@ def spec_symbols(spec: ProtocolSpec) -> tuple[str, ...]:
     return tuple(out)
 
 
-# Keyed by the spec object's id; the spec is kept alongside so the id cannot be reused.
-_CACHE: dict[tuple[int, HandoffOrder], tuple[ProtocolSpec, Projection]] = {}
-
-
 def projection_for(order: HandoffOrder, spec: ProtocolSpec | None = None) -> Projection:
     """The determinised projection of ``order`` (built once per spec object and order)."""
-    spec = spec if spec is not None else load_spec()
-    key = (id(spec), order)
-    found = _CACHE.get(key)
-    if found is None or found[0] is not spec:
-        found = (spec, Projection(compile_table(spec, order), spec_symbols(spec)))
-        _CACHE[key] = found
-    return found[1]
+    the_spec = spec if spec is not None else load_spec()
+    return derived(the_spec, ("projection", order),
+                   lambda: Projection(compile_table(the_spec, order), spec_symbols(the_spec)))
 
 
 def success_lifecycle(projection: Projection) -> tuple[str, ...]:

@@ -8,9 +8,6 @@ by its file name only (not the path it was given by).
 from __future__ import annotations
 
 import json
-import os
-import tempfile
-from pathlib import Path
 from typing import Final
 from xml.sax.saxutils import escape, quoteattr
 
@@ -236,19 +233,3 @@ def render_junit(result: ConformanceResult, *, log_name: str) -> str:
         f'  <testsuite name="{suite}" tests="{len(cases)}" failures="{failures - errors}" errors="{errors}">\n'
     )
     return head + "\n".join(cases) + "\n  </testsuite>\n</testsuites>\n"
-
-
-def write_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` so that readers never see a half-written file (temp file + os.replace)."""
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=str(target.parent or "."))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise

@@ -10,11 +10,19 @@ from __future__ import annotations
 import enum
 import json
 import math
-from typing import Iterable
+from typing import Final, Iterable
 
 from dmocker.conformance.dynamo_records import RecordProblem, record_events
-from dmocker.conformance.events import HEADER_KEY, LogError, json_error_reason, parse_line
-from dmocker.conformance.validator import Validator, ViolationKind, _Open
+from dmocker.conformance.events import (
+    COMPLETION_KIND,
+    HEADER_KEY,
+    SIMPLE_KINDS,
+    SYMBOL_OF_COMPLETED,
+    LogError,
+    json_error_reason,
+    parse_line,
+)
+from dmocker.conformance.validator import OpenHandoff, Validator, ViolationKind
 from dmocker.handoff import HandoffOrder, order_for_engine
 
 
@@ -23,14 +31,10 @@ class LogFormat(enum.Enum):
     DYNAMO_RECORDS = "dynamo-records"
 
 
-_COMPLETED_SYMBOLS = {"success": "completed:success", "canceled": "completed:canceled"}
-_SIMPLE_KINDS = frozenset(
-    (
-        "prefill_submitted", "source_held", "destination_accepted", "destination_reserved",
-        "transfer_started", "transfer_completed", "destination_activated", "source_released",
-        "source_canceled", "destination_canceled", "failed", "timed_out", "canceled",
-    )
-)
+# The fast path's vocabulary: the format module's, read from the spec.
+_COMPLETED_SYMBOLS: Final = SYMBOL_OF_COMPLETED
+_SIMPLE_KINDS: Final = SIMPLE_KINDS
+_COMPLETION_KIND: Final = COMPLETION_KIND
 
 
 def check_native(lines: Iterable[str], validator: Validator, *, keep_going: bool) -> None:
@@ -48,17 +52,21 @@ def check_native(lines: Iterable[str], validator: Validator, *, keep_going: bool
     inf = math.inf
     simple = _SIMPLE_KINDS
     completed = _COMPLETED_SYMBOLS
-    # The hot loop is part of the validator's contract: it updates the same private state
-    # feed_raw does, for the cases that need no decision (test_fast_path_equals_slow_path).
-    open_ = validator._open  # noqa: SLF001
+    completion_kind = _COMPLETION_KIND
+    # The hot loop takes legal steps itself through the validator's FastPath contract (the
+    # same updates feed_raw makes, for the cases that need no decision;
+    # test_fast_path_equals_slow_path).
+    fast_path = validator.fast_path()
+    open_ = fast_path.open
     open_get = open_.get
-    finished = validator._finished  # noqa: SLF001
-    conform_ends = validator._conform_ends  # noqa: SLF001
-    trie_next = validator._trie.next  # noqa: SLF001
-    accepting = validator._trie.accepting  # noqa: SLF001
-    new_open = _Open
+    finished = fast_path.finished
+    conform_ends = fast_path.conform_ends
+    trie_next = fast_path.next
+    accepting = fast_path.accepting
+    roots = fast_path.roots
+    new_open = OpenHandoff
     fixed_order = validator.order is not None
-    fixed_root = validator._trie.roots[validator.order] if validator.order is not None else -1  # noqa: SLF001
+    fixed_root = roots[validator.order] if validator.order is not None else -1
     engine_roots: dict[str | None, int] = {}
     new_handoffs = 0
     last_t = float("-inf")
@@ -86,7 +94,7 @@ def check_native(lines: Iterable[str], validator: Validator, *, keep_going: bool
                     symbol = ev
                     if n != 3 and not _optional_ok(obj):
                         raise TypeError
-                elif ev == "completed":
+                elif ev == completion_kind:
                     symbol = completed[obj["detail"]]
                     if n != 4 and not _optional_ok(obj):
                         raise TypeError
@@ -119,7 +127,7 @@ def check_native(lines: Iterable[str], validator: Validator, *, keep_going: bool
                     if root < 0:
                         root = engine_roots.get(engine, -1)
                         if root < 0 and engine is not None:
-                            root = _engine_root(validator, engine_roots, engine)
+                            root = _engine_root(roots, engine_roots, engine)
                     if root >= 0:
                         child = trie_next[root].get(symbol)
                         if child is not None:
@@ -136,10 +144,10 @@ def check_native(lines: Iterable[str], validator: Validator, *, keep_going: bool
                             fast += 1
                             new_handoffs += 1
                             continue
-                validator._note_time(last_t, out_of_order)  # noqa: SLF001
+                validator.note_time(last_t, out_of_order)
                 out_of_order = 0
                 problem = feed(count, h, float(t), symbol, engine)
-                last_t = validator._last_t  # noqa: SLF001
+                last_t = validator.last_t
                 if problem is not None and not _error(validator, problem, keep_going):
                     break
                 continue
@@ -156,22 +164,21 @@ def check_native(lines: Iterable[str], validator: Validator, *, keep_going: bool
             if not _error(validator, parsed, keep_going):
                 break
             continue
-        validator._note_time(last_t, out_of_order)  # noqa: SLF001
+        validator.note_time(last_t, out_of_order)
         out_of_order = 0
         problem = feed(count, parsed.handoff, parsed.t_ms, parsed.symbol, parsed.engine)
-        last_t = validator._last_t  # noqa: SLF001
+        last_t = validator.last_t
         if problem is not None and not _error(validator, problem, keep_going):
             break
-    validator._note_time(last_t, out_of_order)  # noqa: SLF001
-    validator._events += fast  # noqa: SLF001
-    validator._handoffs += new_handoffs  # noqa: SLF001
+    validator.note_time(last_t, out_of_order)
+    validator.count_fast(fast, new_handoffs)
     validator.count_lines(count)
 
 
-def _engine_root(validator: Validator, cache: dict[str | None, int], engine: str) -> int:
+def _engine_root(roots: dict[HandoffOrder, int], cache: dict[str | None, int], engine: str) -> int:
     """The trie root of ``engine``'s order, or -1 if the engine is unknown (the slow path says why)."""
     try:
-        root = validator._trie.roots[order_for_engine(engine)]  # noqa: SLF001
+        root = roots[order_for_engine(engine)]
     except ValueError:
         return -1
     cache[engine] = root

@@ -160,8 +160,12 @@ _VIOLATED: Final = -2
 _TRUNCATED: Final = -3
 
 
-class _Open:
-    """The mutable state of one open handoff (slotted: this is the O(open handoffs) memory)."""
+class OpenHandoff:
+    """The mutable state of one open handoff (slotted: this is the O(open handoffs) memory).
+
+    ``node`` is its trie node (the legal prefix seen so far), ``last_t`` / ``last_line`` its
+    latest event, ``engine`` the engine its first event named.
+    """
 
     __slots__ = ("node", "last_t", "first_line", "engine", "last_line")
 
@@ -216,6 +220,28 @@ class _Trie:
         return tuple(reversed(out))
 
 
+@dataclass(frozen=True, slots=True)
+class FastPath:
+    """The validator state a streaming reader may update in place (:meth:`Validator.fast_path`).
+
+    The contract: a reader may take a *legal* step itself — the first event of a new handoff
+    (``roots`` of its order, then ``next``) or the next event of an open one — exactly as
+    :meth:`Validator.feed_raw` would: move ``open[h].node`` / ``last_t`` / ``last_line``, or on
+    an accepting node (``accepting``) move the handoff from ``open`` to ``finished`` and count
+    the node in ``conform_ends``; a new handoff enters ``open`` as an :class:`OpenHandoff`.
+    Anything else (a violation, an unknown engine, time going backwards) goes through
+    ``feed_raw``.  Afterwards it reports its counts with :meth:`Validator.note_time` and
+    :meth:`Validator.count_fast`.  A test runs both paths on the same logs.
+    """
+
+    open: dict[HandoffKey, OpenHandoff]
+    finished: dict[HandoffKey, int]
+    conform_ends: Counter[int]
+    next: list[dict[str, int]]
+    accepting: list[bool]
+    roots: dict[HandoffOrder, int]
+
+
 class Validator:
     """Feed events in log order; call :meth:`result` at the end.
 
@@ -238,7 +264,7 @@ class Validator:
         #: count lines whose time is before an earlier line's (meaningless for per-request records)
         self.track_global_time = True
         self._trie = _Trie({o: projection_for(o, spec) for o in HandoffOrder})
-        self._open: dict[HandoffKey, _Open] = {}
+        self._open: dict[HandoffKey, OpenHandoff] = {}
         self._finished: dict[HandoffKey, int] = {}
         self._conform_ends: Counter[int] = Counter()
         self._violation_prefixes: Counter[int] = Counter()
@@ -261,11 +287,26 @@ class Validator:
 
     # --- feeding ------------------------------------------------------------------------------
 
-    def _note_time(self, last_t: float, out_of_order: int) -> None:
-        """Hand back the global-time bookkeeping the native fast loop kept in locals."""
+    def fast_path(self) -> FastPath:
+        """The state a streaming reader may update in place for legal steps (see :class:`FastPath`)."""
+        trie = self._trie
+        return FastPath(self._open, self._finished, self._conform_ends, trie.next, trie.accepting, trie.roots)
+
+    def note_time(self, last_t: float, out_of_order: int) -> None:
+        """Hand back the global-time bookkeeping a fast reader kept in locals."""
         if last_t > self._last_t:
             self._last_t = last_t
         self._global_out_of_order += out_of_order
+
+    @property
+    def last_t(self) -> float:
+        """The latest time seen in log order (for a fast reader's global-time bookkeeping)."""
+        return self._last_t
+
+    def count_fast(self, events: int, new_handoffs: int) -> None:
+        """Count the events and new handoffs a fast reader handled itself."""
+        self._events += events
+        self._handoffs += new_handoffs
 
     def count_lines(self, n: int) -> None:
         """How many lines the input had (for the report)."""
@@ -315,7 +356,7 @@ class Validator:
         self._advance(entry, line, handoff, t_ms, symbol)
         return None
 
-    def _advance(self, entry: _Open, line: int, handoff: HandoffKey, t_ms: float, symbol: str) -> None:
+    def _advance(self, entry: OpenHandoff, line: int, handoff: HandoffKey, t_ms: float, symbol: str) -> None:
         """Step an open handoff on ``symbol``: a violation, a move, or a finish."""
         trie = self._trie
         node = entry.node
@@ -347,7 +388,7 @@ class Validator:
                 self._events -= 1
                 return LogError(line, "engine", str(exc))
         self._handoffs += 1
-        entry = _Open(self._trie.roots[order], t_ms, line, engine)
+        entry = OpenHandoff(self._trie.roots[order], t_ms, line, engine)
         self._open[handoff] = entry
         self._advance(entry, line, handoff, t_ms, symbol)
         return None
@@ -365,7 +406,7 @@ class Validator:
         self._conform_ends[marker] -= 1
         if trie.projections[trie.order[marker]].states[trie.dfa[marker]].transitions.get(symbol) is not None:
             del self._finished[handoff]
-            entry = _Open(marker, t_ms, line, engine)
+            entry = OpenHandoff(marker, t_ms, line, engine)
             self._open[handoff] = entry
             self._advance(entry, line, handoff, t_ms, symbol)
             return None
@@ -444,7 +485,7 @@ class Validator:
         if handoff in self._open or handoff in self._finished:
             return
         self._handoffs += 1
-        self._open[handoff] = _Open(self._trie.roots[order], float("-inf"), line, None)
+        self._open[handoff] = OpenHandoff(self._trie.roots[order], float("-inf"), line, None)
 
     def truncate(self, handoff: HandoffKey, status: str) -> None:
         """Close a handoff whose record ended ``status`` (failed, rejected…) without cleanup events."""

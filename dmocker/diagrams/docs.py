@@ -17,12 +17,11 @@ SVG bytes depend on the Graphviz version, so they are regenerated but never comp
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from dmocker._atomic import write_atomic
 from dmocker.handoff import ProtocolSpec
 from dmocker.handoff import HandoffOrder
 
@@ -153,20 +152,6 @@ def stale(spec: ProtocolSpec, docs_dir: Path | None = None) -> list[str]:
     return problems
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; these are ordinary shared files
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def update(spec: ProtocolSpec, docs_dir: Path | None = None, *, svg: bool = True) -> list[Path]:
     """Rewrite the generated blocks and files; returns the paths written.
 
@@ -186,17 +171,17 @@ def update(spec: ProtocolSpec, docs_dir: Path | None = None, *, svg: bool = True
         start, stop = _find(new_md, block.tag, md_path)
         new_md = new_md[:start] + _block_body(block) + new_md[stop:]
     if new_md != md:
-        _write_atomic(md_path, new_md.encode("utf-8"))
+        write_atomic(md_path, new_md.encode("utf-8"), make_parents=True)
         written.append(md_path)
     for dot_file in want.dot_files:
         path = root / DIAGRAM_DIR / f"{dot_file.stem}.dot"
         data = dot_file.text.encode("utf-8")
         if not path.is_file() or path.read_bytes() != data:
-            _write_atomic(path, data)
+            write_atomic(path, data, make_parents=True)
             written.append(path)
     if svg:
         for dot_file in want.dot_files:
             path = root / DIAGRAM_DIR / f"{dot_file.stem}.svg"
-            _write_atomic(path, render(dot_file.text, ImageFormat.SVG))
+            write_atomic(path, render(dot_file.text, ImageFormat.SVG), make_parents=True)
             written.append(path)
     return written

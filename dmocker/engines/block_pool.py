@@ -1,4 +1,4 @@
-"""Paged KV block pool with chained-hash prefix caching and LRU eviction (vLLM mock, §4.2).
+"""Paged KV block pool with chained-hash prefix caching and LRU eviction (vLLM mock).
 
 Model
 -----
@@ -8,7 +8,7 @@ Model
 * **private** blocks owned by one request (counted by their owner only — the pool sees them as
   "not free"): partial tail blocks, blocks of generated tokens, and duplicate copies of a full
   block whose hash was already cached when it was computed ("duplicate copies each consume
-  capacity", reference §4.2);
+  capacity", as in the reference's ``lib/mocker/src/cache/vllm_block_pool.rs``);
 * **cached** blocks, one copy per chained hash, with a reference count (requests holding it plus
   destination pins).  A cached block with ``refs == 0`` is *inactive*: it stays reusable by prefix
   hits until it is evicted, oldest first, when fresh capacity is needed.

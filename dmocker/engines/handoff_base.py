@@ -1,10 +1,10 @@
 """The handoff bookkeeping both engine mocks share: held sources and destination reservations.
 
 Why a base class: the vLLM and SGLang mocks schedule differently, but what a *handoff* does to
-a worker is the same in both (fact sheet §2.2-§2.4): a source registers, is held after its
-prefill and is released or canceled; a destination is accepted into a FIFO of pending
-reservations, reserved when the head fits (retried once per capacity generation), activated
-or canceled.  Keeping those rules here once means the two mocks cannot drift apart on them.
+a worker is the same in both (``ai-dynamo/dynamo`` ``lib/mocker/src/scheduler/source_holds.rs``):
+a source registers, is held after its prefill and is released or canceled; a destination is
+accepted into a FIFO of pending reservations, reserved when the head fits (retried once per
+capacity generation), activated or canceled.  Keeping those rules here once means the two mocks cannot drift apart on them.
 
 Each engine supplies its request objects (any class with the attributes of
 :class:`HandoffRequest`), its status members and five hooks: :meth:`_new_request`,
@@ -244,7 +244,7 @@ class HandoffWorkerBase(Generic[R]):
         return CommandEffects(CommandResult.APPLIED, lifecycle, events)
 
     def _retry_destinations(self) -> list[LifecycleEvent]:
-        """Try the head of the pending-destination FIFO once per capacity generation (§2.4)."""
+        """Try the head of the pending-destination FIFO once per capacity generation."""
         if not self._pending:
             return []
         gen = self._gen

@@ -10,9 +10,9 @@ Life of a worker, as the runtime sees it
   ``reserve_destination``, ``activate_destination``, ``cancel_destination`` (decode pool).  Each
   returns :class:`CommandEffects` right away (result, lifecycle events, KV events) or raises
   :class:`EngineCommandError` (the runtime turns it into ``Outcome(FAILED, str(err))``).
-  The runtime must **defer** activate/release/cancels while ``worker.busy`` (reference §2.7);
+  The runtime must **defer** activate/release/cancels while ``worker.busy`` (as the reference's runtime);
   submit and reserve may be applied while busy (they only touch queues).
-* **Passes** (eager, reference §9): when a worker is idle, ``start_pass(now_ms)`` either returns
+* **Passes** (eager, as the reference computes them): when a worker is idle, ``start_pass(now_ms)`` either returns
   ``None`` (nothing can progress now; retry after the next command or pass completion anywhere on
   this worker) or computes the *whole* pass at once and returns a :class:`PassPlan`.  The worker
   is then ``busy`` until the runtime calls ``finish_pass()`` at ``plan.end_ms`` (possibly the same
@@ -128,7 +128,7 @@ class WorkerType(enum.Enum):
 
 
 class DecodeKvAccounting(enum.Enum):
-    """What the vLLM decode-time model takes as "active KV tokens" (fact sheet §4.4).
+    """What the vLLM decode-time model takes as "active KV tokens".
 
     LOGICAL: the summed sequence lengths of the requests decoded in the pass (shared prefix
     blocks counted once per request).  This is what Dynamo 1.6.1 does: replays match it to
@@ -141,13 +141,13 @@ class DecodeKvAccounting(enum.Enum):
     RESIDENT = "resident"
 
 
-# Reference defaults (fact sheet §4.1, §4.3).
+# Reference defaults (``MockEngineArgs`` in ``ai-dynamo/dynamo`` ``lib/mocker/src/common/protocols.rs``).
 DEFAULT_BLOCK_SIZE = {Backend.VLLM: 64, Backend.SGLANG: 1}
 
 
 @dataclass(frozen=True, slots=True)
 class EngineArgs:
-    """Engine arguments, named after the reference's ``MockEngineArgs``; defaults as §4.1.
+    """Engine arguments, named after the reference's ``MockEngineArgs``, with its defaults.
 
     ``block_size=None`` means the backend default (vLLM 64, SGLang 1); read ``page_tokens`` for the
     resolved value.  For SGLang the page size is the block size.  Timing is the polynomial model
@@ -257,7 +257,7 @@ class EngineArgs:
         return self
 
     def transfer_timing(self, prompt_tokens: int) -> TransferTiming:
-        """The SourceHeld timing a prefill worker with these args reports (reference §2.2)."""
+        """The SourceHeld timing a prefill worker with these args reports (its own link settings)."""
         return TransferTiming(
             mode=self.kv_transfer_timing_mode,
             full_prompt_tokens=prompt_tokens,
@@ -276,7 +276,7 @@ class EngineRequest:
     ``block_hashes`` are the chained hashes of the prompt's full engine blocks, in order
     (``len == input_length // block_size``; anything else is an EngineCommandError).  Pass the
     *original* request to both pools: the prefill worker itself applies
-    ``min(max_output_tokens, 1)`` on ``submit_handoff_prefill`` (reference §2.2), and the decode
+    ``min(max_output_tokens, 1)`` on ``submit_handoff_prefill`` (as the reference's runtime), and the decode
     worker generates all ``max_output_tokens`` after activation.
     """
 
@@ -354,7 +354,7 @@ class PassPlan:
     start_ms: float
     end_ms: float
     admissions: tuple[Admission, ...] = ()
-    # vLLM: the cache changes this pass makes (Stored / Removed), visible at pass start (§2.6).
+    # vLLM: the cache changes this pass makes (Stored / Removed), visible at pass start.
     # Always empty for SGLang, whose pass events are visible at pass end (PassCompletion).
     pass_start_kv_events: tuple[KvEvent, ...] = ()
     prefill_tokens: int = 0  # uncached prompt tokens computed in this pass (telemetry)

@@ -1,8 +1,8 @@
 """Mock SGLang worker: paged radix cache, FIFO extend batches, new-token-ratio budget, retraction.
 
-Reference behaviour (fact sheet §2.3, §2.4, §4.3), checked against Dynamo 1.6.1 replays (the
-golden probe traces of ``tests/engines/test_engine_fidelity.py`` match to the digit).
-One pass:
+Reference behaviour (``ai-dynamo/dynamo`` ``lib/mocker/src/scheduler/sglang/``), checked against
+Dynamo 1.6.1 replays (the golden probe traces of ``tests/engines/test_engine_fidelity.py`` match
+to the digit).  One pass:
 
 1. **Promote** activated handoff destinations (``prebuilt_ready``) into the running batch, up to
    ``max_num_seqs`` (admitted with ``reused_input_tokens = 0``).  If some are still waiting, or a

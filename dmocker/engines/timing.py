@@ -1,4 +1,5 @@
-"""Pass-duration models of the mock engines (reference fact sheet §4.4).
+"""Pass-duration models of the mock engines (the reference's polynomial model, ``ai-dynamo/aisimulate``
+``crates/core/src/engine/common/perf_model.rs``).
 
 A pass lasts ``prefill_ms + decode_ms``; tokens are stamped at its end.  The polynomial model is
 the reference's built-in default; the fixed model charges constant costs (useful for tests and
@@ -52,7 +53,7 @@ class PassTiming:
         self._total_kv = args.total_kv_tokens
 
     def prefill_ms(self, batch_size: int, total_isl: int, total_prefix: int) -> float:
-        """Scaled prefill time of a batch given its summed ISL and summed prefix (§4.4)."""
+        """Scaled prefill time of a batch given its summed ISL and summed prefix."""
         if batch_size <= 0:
             return 0.0
         new = total_isl // batch_size - total_prefix // batch_size

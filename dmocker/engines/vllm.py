@@ -1,4 +1,4 @@
-"""Mock vLLM worker: paged prefix cache, chunked prefill, LIFO preemption, handoff holds (§2.2, §4.2).
+"""Mock vLLM worker: paged prefix cache, chunked prefill, LIFO preemption, handoff holds.
 
 One pass (``start_pass``), as the reference's vLLM mock schedules it:
 

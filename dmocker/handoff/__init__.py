@@ -12,14 +12,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dmocker.handoff._coordinator import HandoffCoordinator
+from dmocker.handoff._eventlog import EventLogWriter
+from dmocker.handoff._fair import DueFact, FairEnvironment, fair_environment
 from dmocker.handoff._monitor import InvariantError, Monitor, MonitorState, StepEvent, Violation
+from dmocker.handoff._registry import ACTION_CLASSES, FACT_CLASSES
 from dmocker.handoff._spec import (
+    OBSERVABLE_SIDES,
     Invariant,
     ProtocolSpec,
     Region,
     SpecError,
     Transition,
     default_spec_path,
+    derived,
     load_spec,
     success_outcomes,
 )
@@ -69,6 +74,9 @@ def build_chart(spec: ProtocolSpec, order: HandoffOrder) -> type[HandoffChart]:
 
 
 __all__ = [
+    "ACTION_CLASSES",
+    "FACT_CLASSES",
+    "OBSERVABLE_SIDES",
     "Action",
     "ActivateDestination",
     "CancelDestination",
@@ -78,7 +86,10 @@ __all__ = [
     "Complete",
     "Completion",
     "DestinationReserved",
+    "DueFact",
+    "EventLogWriter",
     "Fact",
+    "FairEnvironment",
     "Failed",
     "HandoffCoordinator",
     "HandoffError",
@@ -114,6 +125,8 @@ __all__ = [
     "build_chart",
     "compile_table",
     "default_spec_path",
+    "derived",
+    "fair_environment",
     "load_spec",
     "order_for_engine",
     "success_outcomes",

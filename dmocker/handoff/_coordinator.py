@@ -14,9 +14,10 @@ proceeds.
 from __future__ import annotations
 
 import math
-from typing import Callable, Final, Hashable
+from typing import Callable, Final, Hashable, Mapping
 
-from dmocker.handoff._spec import ProtocolSpec, load_spec
+from dmocker.handoff._registry import ACTION_CLASSES, FACT_CLASSES
+from dmocker.handoff._spec import ProtocolSpec, derived, load_spec
 from dmocker.handoff._table import (
     STEP_TAG,
     CompiledTable,
@@ -27,50 +28,25 @@ from dmocker.handoff._table import (
 )
 from dmocker.handoff._types import (
     Action,
-    ActivateDestination,
-    CancelDestination,
-    CancelSource,
-    Canceled,
     Complete,
     Completion,
     DestinationReserved,
     Fact,
-    Failed,
     HandoffError,
     HandoffErrorKind,
     HandoffOrder,
     IssuedAction,
     Outcome,
     OutcomeKind,
-    ReleaseSource,
-    ReserveDestination,
     SourceHeld,
     StartTransfer,
-    SubmitPrefill,
-    TimedOut,
-    TransferCompleted,
     TransferTiming,
 )
 
-_ACTION_TYPES: Final[dict[str, type]] = {
-    "SubmitPrefill": SubmitPrefill,
-    "ReserveDestination": ReserveDestination,
-    "StartTransfer": StartTransfer,
-    "ActivateDestination": ActivateDestination,
-    "ReleaseSource": ReleaseSource,
-    "CancelSource": CancelSource,
-    "CancelDestination": CancelDestination,
-    "Complete": Complete,
-}
-_ACTION_NAMES: Final[dict[type, str]] = {cls: name for name, cls in _ACTION_TYPES.items()}
-_FACT_NAMES: Final[dict[type, str]] = {
-    SourceHeld: "SourceHeld",
-    DestinationReserved: "DestinationReserved",
-    TransferCompleted: "TransferCompleted",
-    Failed: "Failed",
-    TimedOut: "TimedOut",
-    Canceled: "Canceled",
-}
+# Name <-> class, from the one registry (checked against the spec when it loads).
+_ACTION_TYPES: Final[Mapping[str, type]] = ACTION_CLASSES
+_ACTION_NAMES: Final[dict[type, str]] = {cls: name for name, cls in ACTION_CLASSES.items()}
+_FACT_NAMES: Final[dict[type, str]] = {cls: name for name, cls in FACT_CLASSES.items()}
 
 
 # One shared message-less Outcome per kind value, journalled by on_outcome_kind (outcomes are
@@ -172,9 +148,6 @@ class _Compiled:
         )
 
 
-_COMPILED: dict[tuple[int, HandoffOrder], _Compiled] = {}
-
-
 _DEFAULT: dict[HandoffOrder, _Compiled] = {}
 
 
@@ -202,12 +175,8 @@ def _lookup_compiled(spec: ProtocolSpec | None, order: HandoffOrder) -> _Compile
         if found is None:
             found = _DEFAULT[order] = _lookup_compiled(load_spec(), order)
         return found
-    key = (id(spec), order)
-    found = _COMPILED.get(key)
-    if found is None:
-        found = _Compiled(spec, order)
-        _COMPILED[key] = found
-    return found
+    the_spec = spec
+    return derived(the_spec, ("coordinator", order), lambda: _Compiled(the_spec, order))
 
 
 class HandoffCoordinator:

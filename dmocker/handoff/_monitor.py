@@ -48,7 +48,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Hashable, Mapping, Sequence, TypeAlias
 
-from dmocker.handoff._spec import Invariant, ProtocolSpec, invariant_shape_problems
+from dmocker.handoff._spec import Invariant, ProtocolSpec, invariant_shape_problems, load_spec
 from dmocker.handoff._types import (
     Complete,
     Completion,
@@ -60,7 +60,6 @@ from dmocker.handoff._types import (
 )
 
 __all__ = [
-    "DEFAULT_TERMINAL_FACTS",
     "InvariantError",
     "Monitor",
     "MonitorState",
@@ -72,7 +71,6 @@ __all__ = [
 MonitorState: TypeAlias = tuple[Hashable, ...]
 
 #: Terminal facts when a monitor is built without a spec (those of ``spec/handoff.json``).
-DEFAULT_TERMINAL_FACTS = ("Failed", "TimedOut", "Canceled")
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,9 +303,11 @@ class Monitor:
     :class:`~dmocker.handoff._spec.Invariant` (tests, experiments).
     """
 
-    def __init__(self, invariants: Sequence[Invariant], terminal_facts: Sequence[str] = DEFAULT_TERMINAL_FACTS) -> None:
+    def __init__(self, invariants: Sequence[Invariant], terminal_facts: Sequence[str] | None = None) -> None:
         self.invariants: tuple[Invariant, ...] = tuple(invariants)
-        self.terminal_facts: frozenset[str] = frozenset(terminal_facts)
+        #: the spec's terminal facts, in spec order (default: those of the loaded spec)
+        self.terminal_facts: tuple[str, ...] = tuple(terminal_facts) if terminal_facts is not None else load_spec().terminal_facts
+        self._terminal: frozenset[str] = frozenset(self.terminal_facts)
         steppers: list[_Stepper] = []
         inits: list[Hashable] = []
         for inv in self.invariants:
@@ -323,7 +323,7 @@ class Monitor:
     @classmethod
     def for_order(cls, spec: ProtocolSpec, order: HandoffOrder) -> Monitor:
         """The spec's invariants that apply to ``order``, with the spec's terminal facts."""
-        return cls(spec.invariants_for(order), tuple(f.name for f in spec.facts if f.terminal))
+        return cls(spec.invariants_for(order), spec.terminal_facts)
 
     @property
     def ids(self) -> tuple[str, ...]:
@@ -345,7 +345,7 @@ class Monitor:
                     name = type(fact).__name__
                     if ev.changed or ev.issued:
                         atoms.append("fact:" + name)
-                    if armed and name in self.terminal_facts:
+                    if armed and name in self._terminal:
                         atoms.append("fact_after_success:terminal")
                         armed = False
             elif ev.outcome is not None and ev.changed and ev.answered_action is not None:

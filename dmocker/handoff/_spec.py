@@ -10,14 +10,17 @@ same :class:`SpecError` naming the file and the element.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import os
-import sys
-from dataclasses import dataclass
+from importlib import resources
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence, TypeAlias, Union
+from typing import Callable, Hashable, Mapping, Sequence, TypeAlias, TypeVar, Union, cast
 
-from dmocker.handoff._types import HandoffErrorKind, HandoffOrder, OutcomeKind
+from dmocker.handoff._registry import class_problems
+from dmocker.handoff._types import Completion, HandoffErrorKind, HandoffOrder, OutcomeKind
 
 JsonValue: TypeAlias = Union[None, bool, int, float, str, Sequence["JsonValue"], Mapping[str, "JsonValue"]]
 
@@ -43,6 +46,9 @@ INVARIANT_PARAMS: Mapping[str, Mapping[str, str]] = {
 }
 KNOWN_INVARIANT_KINDS = tuple(INVARIANT_PARAMS)
 #: Atoms that name no action or fact (see spec/README.md, ``invariants``).
+#: Where an observable kind happens (``observable.sides``): the event log's ``worker`` field
+#: names a prefill worker for ``source`` kinds and a decode worker for ``destination`` kinds.
+OBSERVABLE_SIDES = ("source", "destination", "none")
 FIXED_ATOMS = ("complete:success", "complete:canceled", "fact_after_success:terminal")
 
 
@@ -137,6 +143,8 @@ class ActionSpec:
 class FactSpec:
     name: str
     terminal: bool
+    #: the payload fields the fact carries besides its handoff id (names of the fact class's fields)
+    payload: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +177,24 @@ class ProtocolSpec:
     observable_kinds: tuple[str, ...]
     completed_details: tuple[str, ...]
     invariants: tuple[Invariant, ...]
+    #: observable kind -> the side it happens on (one of :data:`OBSERVABLE_SIDES`)
+    observable_sides: tuple[tuple[str, str], ...] = ()
+    #: the observable kind that carries the completion in ``detail`` (one of ``completed_details``)
+    completion_kind: str = "completed"
+    #: What consumers derive from this spec (compiled tables, projections), see :func:`derived`.
+    #: Held by the spec itself, so it lives and dies with it; never part of equality or repr.
+    _derived: dict[Hashable, object] = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
+
+    @property
+    def terminal_facts(self) -> tuple[str, ...]:
+        """The facts that end the handoff (``terminal: true``), in spec order."""
+        return tuple(f.name for f in self.facts if f.terminal)
+
+    def kinds_on_side(self, side: str) -> tuple[str, ...]:
+        """The observable kinds that happen on ``side`` (``source``, ``destination`` or ``none``)."""
+        if side not in OBSERVABLE_SIDES:
+            raise KeyError(side)
+        return tuple(kind for kind, s in self.observable_sides if s == side)
 
     @property
     def events(self) -> tuple[str, ...]:
@@ -205,6 +231,25 @@ class ProtocolSpec:
         return tuple(inv for inv in self.invariants if order in inv.orders)
 
 
+_T = TypeVar("_T")
+
+
+def derived(spec: ProtocolSpec, key: Hashable, build: Callable[[], _T]) -> _T:
+    """``build()``, computed once per spec object and ``key`` and stored on the spec.
+
+    Why on the spec and not in a module-level dict keyed by ``id(spec)``: an id is reused once
+    its object is garbage-collected, so a new spec could be handed an old spec's table.  The
+    store is bounded by the keys consumers use (a few per order) and freed with the spec.
+    ``key`` must say who derived the value, e.g. ``("table", order)``.
+    """
+    store = spec._derived
+    try:
+        return cast(_T, store[key])
+    except KeyError:
+        value = store[key] = build()
+        return value
+
+
 def success_outcomes(spec: ProtocolSpec | None = None) -> dict[str, OutcomeKind]:
     """Action name -> the outcome a healthy environment answers it with (first allowed in the spec)."""
     the_spec = spec if spec is not None else load_spec()
@@ -212,42 +257,54 @@ def success_outcomes(spec: ProtocolSpec | None = None) -> dict[str, OutcomeKind]
 
 
 def default_spec_path() -> Path:
-    """Where the protocol lives: ``$DMOCKER_SPEC``, else the repository's ``spec/handoff.json``."""
+    """Where the protocol lives: ``$DMOCKER_SPEC``, else the package's own copy (see :func:`spec_file`)."""
     override = os.environ.get("DMOCKER_SPEC")
     if override:
         return Path(override)
-    return spec_dir() / "handoff.json"
+    return spec_file("handoff.json")
 
 
-def spec_dir() -> Path:
-    """The folder holding the protocol files: the repository's ``spec/`` (editable install or
-    checkout), else the copy a regular install puts under ``<prefix>/share/dmocker/spec``."""
-    override = os.environ.get("DMOCKER_SPEC")
-    if override:
-        return Path(override).parent
-    here = Path(__file__).resolve()
-    for parent in here.parents:
-        candidate = parent / "spec"
-        if (candidate / "handoff.json").is_file():
-            return candidate
-    installed = Path(sys.prefix) / "share" / "dmocker" / "spec"
-    if (installed / "handoff.json").is_file():
-        return installed
-    raise SpecError(
-        "cannot find spec/handoff.json next to the dmocker package; set DMOCKER_SPEC "
-        "(install with `pip install -e .` from the repository)"
-    )
+#: The package data folder holding the protocol files (``handoff.json``, ``event-log.schema.json``).
+SPEC_PACKAGE_DIR = "_spec"
 
 
+def spec_file(name: str) -> Path:
+    """A protocol file shipped with the package, read with :mod:`importlib.resources`.
+
+    ``dmocker/_spec`` is a symbolic link to the repository's ``spec/`` (the one source), so a
+    checkout or an editable install reads ``spec/`` itself, and a wheel carries copies made at
+    build time.  Never searched for elsewhere: a ``spec/`` folder that happens to sit above the
+    install is not ours.
+    """
+    resource = resources.files("dmocker").joinpath(SPEC_PACKAGE_DIR, name)
+    if not resource.is_file():
+        raise SpecError(
+            f"{resource}: the spec file {name!r} is missing from the installed package (a broken install?); "
+            "reinstall dmocker or set DMOCKER_SPEC"
+        )
+    if isinstance(resource, Path):
+        return resource
+    # a package inside a zip archive: extract it once for the life of the process
+    return Path(_EXTRACTED.enter_context(resources.as_file(resource)))
+
+
+_EXTRACTED = contextlib.ExitStack()
+atexit.register(_EXTRACTED.close)
+
+
+#: Specs loaded by path, most recently used last; bounded (a long-lived process that loads many
+#: spec files keeps only the last few, each with what was derived from it).
 _CACHE: dict[str, ProtocolSpec] = {}
+_CACHE_SIZE = 8
 
 
 def load_spec(path: str | os.PathLike[str] | None = None) -> ProtocolSpec:
     """Read, validate and cache the protocol spec (the default one unless ``path`` is given)."""
     resolved = Path(path) if path is not None else default_spec_path()
     key = str(resolved.resolve()) if resolved.exists() else str(resolved)
-    cached = _CACHE.get(key)
+    cached = _CACHE.pop(key, None)
     if cached is not None:
+        _CACHE[key] = cached
         return cached
     spec = parse_spec(_read_json(resolved), str(resolved))
     # Semantic validation (reachability etc.) needs the compiled tables; it raises SpecError.
@@ -255,6 +312,8 @@ def load_spec(path: str | os.PathLike[str] | None = None) -> ProtocolSpec:
 
     validate_semantics(spec)
     _CACHE[key] = spec
+    while len(_CACHE) > _CACHE_SIZE:
+        del _CACHE[next(iter(_CACHE))]
     return spec
 
 
@@ -351,7 +410,8 @@ def parse_spec(raw: object, path: str = "<spec>") -> ProtocolSpec:
     facts: list[FactSpec] = []
     for fname, fraw in ctx.obj(ctx.get(top, "facts", "document"), "facts").items():
         fobj = ctx.obj(fraw, f"facts.{fname}")
-        facts.append(FactSpec(fname, ctx.boolean(fobj.get("terminal", False), f"facts.{fname}.terminal")))
+        payload = tuple(ctx.obj(fobj.get("payload", {}), f"facts.{fname}.payload"))
+        facts.append(FactSpec(fname, ctx.boolean(fobj.get("terminal", False), f"facts.{fname}.terminal"), payload))
     outcome_kinds = ctx.strings(ctx.get(top, "outcome_kinds", "document"), "outcome_kinds")
     if "Failed" not in outcome_kinds:
         raise ctx.fail("outcome_kinds", "the 'Failed' outcome kind is required")
@@ -405,10 +465,29 @@ def parse_spec(raw: object, path: str = "<spec>") -> ProtocolSpec:
         )
     action_names = {a.name for a in actions}
     fact_names = {f.name for f in facts}
+    problems = class_problems([a.name for a in actions], [f.name for f in facts])
+    if problems:
+        raise ctx.fail("actions/facts", "; ".join(problems))
 
     observable = ctx.obj(ctx.get(top, "observable", "document"), "observable")
     kinds = ctx.strings(ctx.get(observable, "kinds", "observable"), "observable.kinds")
     details = ctx.strings(observable.get("completed_details", []), "observable.completed_details")
+    sides_obj = ctx.obj(ctx.get(observable, "sides", "observable"), "observable.sides")
+    for kind, side in sides_obj.items():
+        if kind not in kinds:
+            raise ctx.fail(f"observable.sides.{kind}", "unknown observable kind")
+        if side not in OBSERVABLE_SIDES:
+            raise ctx.fail(f"observable.sides.{kind}", f"unknown side {side!r} (one of {list(OBSERVABLE_SIDES)})")
+    missing_sides = [kind for kind in kinds if kind not in sides_obj]
+    if missing_sides:
+        raise ctx.fail("observable.sides", f"no side for {missing_sides}")
+    sides = tuple((kind, str(sides_obj[kind])) for kind in kinds)
+    completion_kind = ctx.string(ctx.get(observable, "completion_kind", "observable"), "observable.completion_kind")
+    if completion_kind not in kinds:
+        raise ctx.fail("observable.completion_kind", f"unknown observable kind {completion_kind!r}")
+    for detail in details:
+        if detail not in {c.value for c in Completion}:
+            raise ctx.fail("observable.completed_details", f"unknown completion {detail!r}")
 
     def parse_transition(raw_t: object, element: str, is_rule: bool, events: set[str]) -> Transition:
         tobj = ctx.obj(raw_t, element)
@@ -581,6 +660,8 @@ def parse_spec(raw: object, path: str = "<spec>") -> ProtocolSpec:
         observable_kinds=kinds,
         completed_details=details,
         invariants=tuple(invariants),
+        observable_sides=sides,
+        completion_kind=completion_kind,
     )
 
 

@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Final, Union
 
-from dmocker.handoff._spec import ProtocolSpec, SpecError, Transition
+from dmocker.handoff._spec import ProtocolSpec, SpecError, Transition, derived
 from dmocker.handoff._types import Completion, HandoffErrorKind, HandoffOrder
 
 IGNORE_TAG: Final = 0
@@ -243,17 +243,9 @@ def _label(regions: tuple[str, ...], config: dict[str, str]) -> str:
     return " ".join(f"{r}={config[r]}" for r in regions)
 
 
-_TABLES: dict[tuple[int, HandoffOrder], CompiledTable] = {}
-
-
 def compile_table(spec: ProtocolSpec, order: HandoffOrder) -> CompiledTable:
-    """The compiled table of ``order`` (cached per spec object)."""
-    key = (id(spec), order)
-    table = _TABLES.get(key)
-    if table is None:
-        table = _Compiler(spec, order).compile()
-        _TABLES[key] = table
-    return table
+    """The compiled table of ``order`` (cached on the spec object)."""
+    return derived(spec, ("table", order), lambda: _Compiler(spec, order).compile())
 
 
 def validate_semantics(spec: ProtocolSpec) -> None:
@@ -262,8 +254,8 @@ def validate_semantics(spec: ProtocolSpec) -> None:
     reached: dict[str, set[str]] = {r.name: set() for r in spec.regions}
     for order in HandoffOrder:
         compiler = _Compiler(spec, order)
-        table = compiler.compile()
-        _TABLES[(id(spec), order)] = table
+        table = compiler.compile()  # always run: ``compiler.used`` is what this check reads
+        derived(spec, ("table", order), lambda: table)
         used |= compiler.used
         mode_at = table.region_names.index("mode")
         for s, config in enumerate(table.configs):

@@ -152,7 +152,6 @@ class Canceled:
 
 
 Fact: TypeAlias = Union[SourceHeld, DestinationReserved, TransferCompleted, Failed, TimedOut, Canceled]
-TERMINAL_FACTS: tuple[type, ...] = (Failed, TimedOut, Canceled)
 
 # --- actions ---------------------------------------------------------------------------------
 

@@ -16,11 +16,12 @@ import time
 from collections.abc import Callable
 from typing import IO
 
+from dmocker._atomic import AtomicFile
 from dmocker.handoff import HandoffOrder, TransferTimingMode, order_for_engine
 from dmocker.engines.interface import Backend, EngineArgs, EngineWorker, WorkerType, make_worker
 
 from .collector import Collector
-from .report import AtomicWriter, JsonValue, Report, SlaThresholds, build_summary
+from .report import JsonValue, Report, SlaThresholds, build_summary
 from .runtime import DisaggRuntime
 from .timeseries import TimeSeries, TimeSeriesRecorder, add_standard_gauges, finish as finish_timeseries
 from .workload import AdmissionQueue, MooncakeTrace, SyntheticSpec, SyntheticWorkload, Workload, WorkloadError
@@ -268,8 +269,8 @@ def run(
     p_workers: list[EngineWorker] = [make_worker(prefill_args, i) for i in range(prefill_workers)]
     d_workers: list[EngineWorker] = [make_worker(decode_args, i) for i in range(decode_workers)]
     collector = Collector(workload.num_requests)
-    records_w = AtomicWriter(per_request) if per_request is not None else None
-    events_w = AtomicWriter(events) if events is not None else None
+    records_w = AtomicFile(per_request) if per_request is not None else None
+    events_w = AtomicFile(events) if events is not None else None
     bar = _progress_bar(workload.num_requests) if progress else None
     recorder = TimeSeriesRecorder() if timeseries else None
     series: TimeSeries | None = None
@@ -328,13 +329,13 @@ def run(
 
 
 class _WriterIO:
-    """The slice of ``IO[str]`` the runtime uses, over an AtomicWriter."""
+    """The slice of ``IO[str]`` the runtime uses, over an AtomicFile."""
 
-    def __init__(self, w: AtomicWriter) -> None:
+    def __init__(self, w: AtomicFile) -> None:
         self.write = w.write
 
 
-def _as_io(w: AtomicWriter | None) -> IO[str] | None:
+def _as_io(w: AtomicFile | None) -> IO[str] | None:
     return None if w is None else _WriterIO(w)  # type: ignore[return-value]
 
 

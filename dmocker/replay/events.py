@@ -1,14 +1,17 @@
-"""Virtual clock, event heap and the per-timestamp drain loop of the replay.
+"""The replay's event heap, its ordering key, and the replay's two run-time errors.
 
 Why this shape: the reference replay is a discrete-event simulation whose results depend on
 the order in which same-time work is applied.  Its heap orders events by time, then by a
-fixed phase rank (pass completions before worker-ready before transfer completions before
-planner ticks), then by a push sequence number.  Within one timestamp it drains a fixed list
-of phases, looping until a whole sweep changes nothing (a fixed point).  We keep exactly that
-contract, with an integer sequence number as the only tie-break so that nothing depends on
-object identity or hash order.
+fixed phase rank (:class:`EventKind`: pass completions before worker-ready before transfer
+completions before planner ticks), then by a push sequence number.  We keep exactly that key,
+with an integer sequence number as the only tie-break, so that nothing depends on object
+identity or hash order.
 
-Nothing here knows about requests or engines: the runtime supplies the phases.
+The per-timestamp drain loop is the runtime's (``DisaggRuntime._drain``): at each timestamp it
+pops the due events rank by rank, then releases arrivals (not heap events: the admission queue
+reports its own next time), runs handoff actions and starts passes, and repeats until a whole
+sweep changes nothing (a fixed point).  Nothing here knows about requests or engines: payloads
+are opaque.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 import enum
 import heapq
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -25,8 +28,6 @@ __all__ = [
     "EventQueue",
     "DeadEndError",
     "ReplayInvariantError",
-    "drain_to_fixed_point",
-    "next_time",
 ]
 
 P = TypeVar("P")
@@ -97,10 +98,6 @@ class EventQueue(Generic[P]):
         heapq.heappush(self._heap, (time_ms, int(kind), self._seq, payload))
         self._seq += 1
 
-    def peek_time(self) -> float | None:
-        """Time of the earliest event, or None when empty."""
-        return self._heap[0][0] if self._heap else None
-
     def peek(self) -> _Peek | None:
         if not self._heap:
             return None
@@ -114,15 +111,6 @@ class EventQueue(Generic[P]):
     def raw(self) -> list[tuple[float, int, int, P]]:
         """The heap list itself (read-only use: the drain loop peeks at ``raw[0]``)."""
         return self._heap
-
-    def due(self, now_ms: float, kind: EventKind) -> bool:
-        """True when the top event is ``kind`` and due exactly at ``now_ms``."""
-        heap = self._heap
-        return bool(heap) and heap[0][0] == now_ms and heap[0][1] == kind
-
-    def top_is(self, kind: EventKind) -> bool:
-        heap = self._heap
-        return bool(heap) and heap[0][1] == kind
 
     def pop_ready(self, now_ms: float, kind: EventKind) -> tuple[bool, P | None]:
         """Pop the top event if it is ``kind`` due at ``now_ms``; returns (popped, payload)."""
@@ -149,38 +137,3 @@ class EventQueue(Generic[P]):
         heapq.heapify(self._heap)
         return before - len(self._heap)
 
-    def kinds(self) -> Iterable[EventKind]:
-        """The kinds present (unordered view, for liveness checks only)."""
-        return (EventKind(e[1]) for e in self._heap)
-
-
-def next_time(*candidates: float | None) -> float | None:
-    """Earliest of the given times, ignoring None (the reference's next_timestamp)."""
-    best: float | None = None
-    for c in candidates:
-        if c is not None and (best is None or c < best):
-            best = c
-    return best
-
-
-def drain_to_fixed_point(phases: Sequence[Callable[[], bool]], *, max_sweeps: int = 1_000_000) -> int:
-    """Run the phases in order until a whole sweep reports no change; returns the sweep count.
-
-    Each phase returns True when it made progress.  Per the reference's liveness rules a phase
-    must not report progress for effect-free work, otherwise this would spin; the sweep bound
-    turns such a bug into an error instead of a hang.
-    """
-    sweeps = 0
-    while True:
-        sweeps += 1
-        changed = False
-        for phase in phases:
-            if phase():
-                changed = True
-        if not changed:
-            return sweeps
-        if sweeps >= max_sweeps:
-            raise ReplayInvariantError(
-                f"drain did not reach a fixed point after {max_sweeps} sweeps (a phase reports "
-                "progress without changing state)"
-            )

@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, TypeAlias, Union
 
 import numpy as np
+
+from dmocker._atomic import write_atomic
 
 from .collector import Collector, DistributionStats, TerminalStatus
 from .timeseries import TimeSeries
@@ -28,8 +29,6 @@ __all__ = [
     "build_summary",
     "stable_json",
     "stable_json_line",
-    "atomic_write_text",
-    "AtomicWriter",
     "request_uuid",
 ]
 
@@ -69,53 +68,6 @@ def stable_json(value: object) -> str:
 def stable_json_line(value: object) -> str:
     """One compact key-sorted JSON line (records, event logs)."""
     return json.dumps(_clean(value), sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n"
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``path`` via a temp file in the same directory and ``os.replace``."""
-    with AtomicWriter(path) as fh:
-        fh.write(text)
-
-
-class AtomicWriter:
-    """A text file that appears at ``path`` only when closed without error."""
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = os.fspath(path)
-        directory = os.path.dirname(os.path.abspath(self.path)) or "."
-        fd, self._tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".part", dir=directory)
-        self._fh: IO[str] = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
-        self._done = False
-
-    def write(self, text: str) -> int:
-        # Returns the count like TextIO.write: compiled (mypyc) callers typed IO[str] check it.
-        return self._fh.write(text)
-
-    def commit(self) -> None:
-        if self._done:
-            return
-        self._fh.close()
-        os.replace(self._tmp, self.path)
-        self._done = True
-
-    def abort(self) -> None:
-        if self._done:
-            return
-        self._fh.close()
-        try:
-            os.unlink(self._tmp)
-        except FileNotFoundError:  # pragma: no cover
-            pass
-        self._done = True
-
-    def __enter__(self) -> AtomicWriter:
-        return self
-
-    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
-        if exc_type is None:
-            self.commit()
-        else:
-            self.abort()
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +186,7 @@ class Report:
         return stable_json({"summary": self.summary, "config": self.config})
 
     def write(self, path: str | os.PathLike[str]) -> None:
-        atomic_write_text(path, self.to_json())
+        write_atomic(path, self.to_json())
 
     def records(self) -> Iterator[dict[str, JsonValue]]:
         """Stream the per-request records back (needs ``per_request`` at run time)."""

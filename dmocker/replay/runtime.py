@@ -2,7 +2,8 @@
 
 The coordinator decides *what* happens to a request (dmocker.handoff, compiled-table path);
 this module only *executes* its actions against the engines and feeds back the facts and
-outcomes, in the reference's order (fact sheet sections 2.7, 3 and 9):
+outcomes, in the reference's order (``ai-dynamo/dynamo``
+``lib/mocker/src/replay/offline/disagg.rs``):
 
 * SubmitPrefill / ReserveDestination are routed (round robin) and applied at once; a command
   error becomes ``Outcome(FAILED, message)``.  They park while their pool has no worker.
@@ -15,7 +16,8 @@ outcomes, in the reference's order (fact sheet sections 2.7, 3 and 9):
 * A request is *retired* once its decode terminal was seen and its coordinator completed, in
   either order (the decode terminal may precede ReleaseSource).
 
-Per timestamp the phases run in the fixed order of section 9, looped to a fixed point; with
+Per timestamp the phases run in a fixed order (pass completions, transfer completions, injected
+facts, arrivals, handoff actions, prefill passes, decode passes), looped to a fixed point; with
 work left and no future event the run stops with a :class:`DeadEndError` naming the requests.
 """
 
@@ -26,7 +28,7 @@ import heapq
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, Final
+from typing import IO, Final, cast
 
 from dmocker.handoff import (
     ActivateDestination,
@@ -52,8 +54,7 @@ from dmocker.handoff import (
     TimedOut,
     TransferCompleted,
 )
-from dmocker.handoff import load_spec
-from dmocker.handoff import STEP_TAG, Step
+from dmocker.handoff import FACT_CLASSES, EventLogWriter, load_spec, success_outcomes
 from dmocker.engines.hashing import block_hashes_from_trace, block_hashes_from_trace_batch
 from dmocker.engines.interface import (
     CommandEffects,
@@ -97,18 +98,17 @@ class Phase(enum.Enum):
 
 _P: Final = 0  # index of the prefill pool in per-stage tuples
 _D: Final = 1  # index of the decode pool
-# Which side an observable kind concerns (for the event log's "worker" field).
-_SOURCE_KINDS: Final = frozenset({"prefill_submitted", "source_held", "source_released", "source_canceled"})
-_DEST_KINDS: Final = frozenset(
-    {"destination_accepted", "destination_reserved", "destination_activated", "destination_canceled"}
-)
 
 
 _STAGES: Final = (Stage.PREFILL, Stage.DECODE)
 _PASS: Final = int(EventKind.PASS_COMPLETION)
 _TRANSFER: Final = int(EventKind.TRANSFER_COMPLETE)
 _INJECTED: Final = int(EventKind.INJECTED_FACT)
-_INJECT_KINDS: Final = (Canceled, Failed, TimedOut)
+# The spec's terminal facts (the facts inject() may deliver), from the one class registry.
+_INJECT_KINDS: Final = cast(
+    "tuple[type[Canceled] | type[Failed] | type[TimedOut], ...]",
+    tuple(FACT_CLASSES[name] for name in load_spec().terminal_facts),
+)
 _INJECT_CODES: Final[dict[type, int]] = {cls: i for i, cls in enumerate(_INJECT_KINDS)}
 
 # Enum members used on the per-action path, bound once: in Python 3.11 reading a member off
@@ -120,9 +120,10 @@ _AWAITING_DESTINATION: Final = Phase.AWAITING_DESTINATION
 _PREFILL: Final = Stage.PREFILL
 _DECODE: Final = Stage.DECODE
 _DEST_FIRST: Final = HandoffOrder.DESTINATION_FIRST
-_K_SUBMITTED: Final = OutcomeKind.SUBMITTED
-_K_ACCEPTED: Final = OutcomeKind.ACCEPTED
-_K_SCHEDULED: Final = OutcomeKind.SCHEDULED
+# The success acknowledgement of each action, read from the spec (its first allowed outcome).
+_OK: Final = success_outcomes(load_spec())
+_K_SCHEDULED: Final = _OK[StartTransfer.__name__]
+_K_ACTIVATED: Final = _OK[ActivateDestination.__name__]
 _K_APPLIED: Final = OutcomeKind.APPLIED
 _K_NOOP: Final = OutcomeKind.NOOP
 _K_FAILED: Final = OutcomeKind.FAILED
@@ -134,8 +135,8 @@ _EV_TRANSFER: Final = EventKind.TRANSFER_COMPLETE
 # Per stage (_P, _D): what routing a SubmitPrefill / ReserveDestination sets and expects
 # (phase while routed, the engine's success result, the outcome acknowledged, error wording).
 _ACQUIRE: Final = (
-    (Phase.QUEUED_PREFILL, CommandResult.SUBMITTED, OutcomeKind.SUBMITTED, "prefill submission"),
-    (Phase.AWAITING_DESTINATION, CommandResult.ACCEPTED, OutcomeKind.ACCEPTED, "destination reservation"),
+    (Phase.QUEUED_PREFILL, CommandResult.SUBMITTED, _OK[SubmitPrefill.__name__], "prefill submission"),
+    (Phase.AWAITING_DESTINATION, CommandResult.ACCEPTED, _OK[ReserveDestination.__name__], "destination reservation"),
 )
 
 
@@ -261,6 +262,8 @@ class DisaggRuntime:
             [True] * len(decode_workers),
         )
         self._spec = load_spec()
+        # The one event-log writer (shared with the conformance fixture), fed by the spec.
+        self._event_log = EventLogWriter(events.write, self._engine_name, self._spec) if events is not None else None
         self._hash_cache: dict[int, tuple[int, ...]] = {}
         admission.set_prefetch(self._prefetch_hashes)
         if events is not None:
@@ -339,7 +342,7 @@ class DisaggRuntime:
         return self._source_output_tokens
 
     def _drain(self) -> None:
-        """The per-timestamp drain of section 9, looped to a fixed point.
+        """The per-timestamp drain (phases in the fixed order above), looped to a fixed point.
 
         Each phase is guarded by a cheap "anything to do?" test so that an idle phase costs a
         comparison, not a call: the drain runs once per distinct timestamp.
@@ -730,33 +733,9 @@ class DisaggRuntime:
                 self._pending.append((req, a))
 
     def _log(self, req: _Req, prev: int, event: str, fact: Fact | None) -> None:
-        out = self._events_out
-        if out is None:
-            return
-        table = req.coord.table
-        entry = table.rows[prev][table.event_index(event)]
-        if entry.tag != STEP_TAG:
-            return
-        assert isinstance(entry, Step)
-        for kind in entry.logs:
-            line: dict[str, object] = {
-                "handoff": req.rid,
-                "t_ms": self.now_ms,
-                "event": kind,
-                "engine": self._engine_name,
-            }
-            if kind in _SOURCE_KINDS and req.prefill_worker >= 0:
-                line["worker"] = f"prefill-{req.prefill_worker}"
-            elif kind in _DEST_KINDS and req.decode_worker >= 0:
-                line["worker"] = f"decode-{req.decode_worker}"
-            if isinstance(fact, SourceHeld):
-                line["tokens"] = fact.transfer_timing.full_prompt_tokens
-            elif isinstance(fact, DestinationReserved):
-                line["tokens"] = fact.transferable_prompt_tokens
-            if kind == "completed":
-                completion = req.coord.completion
-                line["detail"] = "success" if completion is Completion.SUCCESS else "canceled"
-            out.write(stable_json_line(line))
+        writer = self._event_log
+        if writer is not None:
+            writer.log(self.now_ms, req.coord, prev, event, fact, req.prefill_worker, req.decode_worker)
 
     # ------------------------------------------------------------------ action execution
 
@@ -864,7 +843,7 @@ class DisaggRuntime:
             return True
         req.phase = _READY_DECODE
         req.destination_activated_ms = self.now_ms
-        self._ack_ok(req, issued, _K_APPLIED)
+        self._ack_ok(req, issued, _K_ACTIVATED)
         if effects.lifecycle:
             self._lifecycle(effects.lifecycle)
         return True

@@ -23,6 +23,8 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from dmocker._atomic import write_atomic
+
 from .task import SweepTask, TaskResult, execute
 
 __all__ = ["Backend", "BackendUnavailable", "run_tasks", "RAY_INSTALL_HINT"]
@@ -121,10 +123,7 @@ def _node_trace(digest: str, holder: tuple[Any, ...]) -> str:
         data: bytes = import_ray().get(holder[0])
         if hashlib.sha256(data).hexdigest() != digest:  # pragma: no cover - object store corruption
             raise RuntimeError("shipped trace does not match its digest")
-        fd, tmp = tempfile.mkstemp(prefix=".dmocker-trace-", dir=os.path.dirname(path))
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)  # concurrent writers on one node write the same bytes
+        write_atomic(path, data)  # concurrent writers on one node write the same bytes
     _NODE_TRACES[digest] = path
     return path
 

@@ -19,29 +19,31 @@ Usage::
 
 from __future__ import annotations
 
-from typing import Callable, Hashable, Protocol
+from typing import Callable, Hashable, Protocol, cast
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from dmocker.handoff import Monitor, MonitorState, StepEvent
-from dmocker.handoff import ProtocolSpec, load_spec, success_outcomes
 from dmocker.handoff import (
-    Canceled,
+    FACT_CLASSES,
     Completion,
     DestinationReserved,
     Fact,
-    Failed,
     HandoffError,
     HandoffOrder,
     IssuedAction,
     Outcome,
     OutcomeKind,
+    Monitor,
+    MonitorState,
+    ProtocolSpec,
     SourceHeld,
-    TimedOut,
+    StepEvent,
     TransferCompleted,
     TransferTiming,
     TransferTimingMode,
+    fair_environment,
+    load_spec,
 )
 
 __all__ = ["CoordinatorLike", "coordinator_state_machine", "TIMINGS", "TOKENS", "FALLBACKS", "structural_key"]
@@ -78,7 +80,6 @@ TIMINGS: tuple[TransferTiming, ...] = (
 TOKENS: tuple[int, ...] = (0, 3, 100, 1 << 60)
 #: Fallback delays, including non-finite ones assigned after construction.
 FALLBACKS: tuple[float, ...] = (0.0, 1.0, float("inf"), float("nan"))
-_TERMINAL: tuple[type[Failed] | type[TimedOut] | type[Canceled], ...] = (Failed, TimedOut, Canceled)
 
 
 def structural_key(obj: object) -> Hashable:
@@ -122,7 +123,9 @@ def coordinator_state_machine(
 ) -> type[RuleBasedStateMachine]:
     """A RuleBasedStateMachine class exercising ``factory(handoff_id, order)``."""
     the_spec = spec if spec is not None else load_spec()
-    good = success_outcomes(the_spec)
+    fair = fair_environment(the_spec)
+    good = fair.success
+    terminal_facts = tuple(FACT_CLASSES[name] for name in the_spec.terminal_facts)
 
     class CoordinatorMachine(RuleBasedStateMachine):
         def __init__(self) -> None:
@@ -200,9 +203,10 @@ def coordinator_state_machine(
         def transfer_completed(self, foreign: bool) -> None:
             self._fact(TransferCompleted(("other", handoff_id) if foreign else handoff_id))
 
-        @rule(kind=st.sampled_from(_TERMINAL), foreign=st.booleans())
-        def terminal(self, kind: type[Failed] | type[TimedOut] | type[Canceled], foreign: bool) -> None:
-            self._fact(kind(("other", handoff_id) if foreign else handoff_id))
+        @rule(kind=st.sampled_from(terminal_facts), foreign=st.booleans())
+        def terminal(self, kind: type[Fact], foreign: bool) -> None:
+            make = cast(Callable[[Hashable], Fact], kind)  # terminal facts carry no payload
+            self._fact(make(("other", handoff_id) if foreign else handoff_id))
 
         @rule(pick=st.integers(0, 63), kind=st.sampled_from(list(OutcomeKind)), message=st.sampled_from(["", "boom"]))
         def any_outcome(self, pick: int, kind: OutcomeKind, message: str) -> None:
@@ -227,22 +231,18 @@ def coordinator_state_machine(
         def _progress_once(self, timing: TransferTiming, tokens: int) -> bool:
             for issued in self.issued:
                 name = type(issued.action).__name__
-                if name != "Complete" and issued.id not in self.answered and not self.coordinator.is_complete:
+                if name not in fair.unanswered and issued.id not in self.answered and not self.coordinator.is_complete:
                     self._outcome(issued.id, Outcome(good[name]))
                     return True
             if not self.issued:
                 self._deliver(self.coordinator.start)
                 return True
             done = {type(a.action).__name__ for a in self.issued}
-            if "SubmitPrefill" in done and "SourceHeld" not in self.facts and self._answered_ok("SubmitPrefill"):
-                self._fact(SourceHeld(handoff_id, timing))
-                return True
-            if "ReserveDestination" in done and "DestinationReserved" not in self.facts and self._answered_ok("ReserveDestination"):
-                self._fact(DestinationReserved(handoff_id, tokens))
-                return True
-            if "StartTransfer" in done and "TransferCompleted" not in self.facts and self._answered_ok("StartTransfer"):
-                self._fact(TransferCompleted(handoff_id))
-                return True
+            payloads: dict[str, object] = {"transfer_timing": timing, "transferable_prompt_tokens": tokens}
+            for due in fair.due_facts:
+                if due.action in done and due.fact not in self.facts and self._answered_ok(due.action):
+                    self._fact(due.build(handoff_id, payloads))
+                    return True
             return False
 
         def _answered_ok(self, name: str) -> bool:

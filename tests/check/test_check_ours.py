@@ -9,7 +9,7 @@ import networkx as nx
 from dmocker.check import DEFAULT_VALUES, Status, check, load_target, target_from_factory
 from dmocker.check.core import Category
 from dmocker.handoff import HandoffCoordinator, HandoffOrder, load_spec
-from tests.mutants import WrappedCoordinator
+from dmocker.check.mutant_catalogue import WrappedCoordinator
 
 
 def test_ours_passes_both_orders() -> None:

@@ -7,17 +7,16 @@ new counterexample before updating the table.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
 from dmocker.check import Status, check, load_catalogue, run_mutant, target_from_factory
 from dmocker.check.counterexample import run_steps
-from dmocker.check.mutants import MutantResult, kill_table
+from dmocker.check.mutants import DEFAULT_CATALOGUE, MutantResult, kill_table
 from dmocker.handoff import HandoffOrder, load_spec
 from dmocker.handoff import Monitor
 
-CATALOGUE = Path(__file__).resolve().parents[1] / "mutants"
+CATALOGUE = DEFAULT_CATALOGUE
 MUTANTS = load_catalogue(CATALOGUE)
 
 # (source-first, destination-first): (property, counterexample length); None = survives that order
@@ -90,7 +89,7 @@ def test_kill_rate_is_100_percent() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(HISTORICAL))
-def test_historical_counterexamples_replay(name: str) -> None:
+def test_historical_counterexamples_reproduce(name: str) -> None:
     (mutant,) = [m for m in MUTANTS if m.name == name]
     target = target_from_factory(mutant.factory, f"mutant:{name}")
     report = check(target, (HandoffOrder.SOURCE_FIRST,), max_states=50_000)

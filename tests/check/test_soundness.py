@@ -1,4 +1,4 @@
-"""State identity is sound: replaying a node's BFS path rebuilds exactly that node's state.
+"""State identity is sound: re-running a node's BFS path rebuilds exactly that node's state.
 
 If deduplication merged states that differ, a counterexample path would not lead where the
 search believed; these properties would catch it (and a random walk over the environment's
@@ -29,7 +29,7 @@ def _explored(order: HandoffOrder) -> Exploration:
 
 @settings(max_examples=60, deadline=None)
 @given(order=st.sampled_from(list(HandoffOrder)), pick=st.floats(0, 1, exclude_max=True))
-def test_bfs_path_replays_to_the_same_snapshot(order: HandoffOrder, pick: float) -> None:
+def test_bfs_path_reruns_to_the_same_snapshot(order: HandoffOrder, pick: float) -> None:
     ex = _explored(order)
     node = int(pick * ex.states)
     root, steps = ex.path(node)

@@ -129,7 +129,6 @@ def test_docs_worked_example_is_what_the_cli_prints(capsys: pytest.CaptureFixtur
 
 
 def test_docs_fixture_example_is_what_the_cli_prints(capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("dmocker.engines.sglang")
     assert main(["--fixture", "sglang"]) == 0
     printed = capsys.readouterr().out.splitlines()
     expected = _doc_block("$ dmocker conform --fixture sglang")

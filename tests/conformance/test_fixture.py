@@ -1,4 +1,4 @@
-"""The one-request conformance fixture (reference run_handoff_conformance, fact sheet §13)."""
+"""The one-request conformance fixture (the reference's ``run_handoff_conformance``)."""
 
 from __future__ import annotations
 
@@ -6,16 +6,12 @@ import dataclasses
 
 import pytest
 
+from dmocker.conformance import fixture
 from dmocker.handoff import HandoffOrder, TransferTimingMode
 
-fixture = pytest.importorskip("dmocker.conformance.fixture")
 
-
-def _run(engine: str, mode: TransferTimingMode):  # type: ignore[no-untyped-def]
-    try:
-        return fixture.run_fixture(engine, mode)
-    except ImportError as exc:
-        pytest.skip(f"{engine} engine not available yet: {exc}")
+def _run(engine: str, mode: TransferTimingMode) -> fixture.FixtureVerdict:
+    return fixture.run_fixture(engine, mode)
 
 
 @pytest.mark.parametrize("mode", list(TransferTimingMode), ids=[m.value for m in TransferTimingMode])

@@ -6,7 +6,7 @@ Two oracles that do not use the subset construction:
 * a direct simulation of the nondeterministic automaton (sets of table states) on arbitrary
   symbol sequences: it must agree with the DFA on acceptance and on rejection points.
 And one that does not use the spec's ``log`` annotations at all: the real HandoffCoordinator,
-driven with random inputs, logged with the issue's event vocabulary.
+driven with random inputs, logged with the event-log vocabulary of docs/conformance.md.
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def test_after_completion_rules() -> None:
                     assert set(after.allowed) <= {"failed", "timed_out", "canceled"} and after.accepting
 
 
-# --- the real coordinator, logged with the issue's vocabulary ----------------------------------
+# --- the real coordinator, logged with the event-log vocabulary ---------------------------------
 
 _OUTCOME_EVENT = {
     ("SubmitPrefill", OutcomeKind.SUBMITTED): "prefill_submitted",

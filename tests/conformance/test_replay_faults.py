@@ -16,9 +16,8 @@ import pytest
 from dmocker.conformance.stream import check_native
 from dmocker.conformance.validator import Validator
 from dmocker.handoff import Canceled, Failed, HandoffOrder, TimedOut
-
-helpers = pytest.importorskip("tests.replay.helpers")
-workload_mod = pytest.importorskip("dmocker.replay.workload")
+from dmocker.replay import workload as workload_mod
+from tests.replay import helpers
 
 
 @pytest.mark.parametrize("order", list(HandoffOrder), ids=[o.value for o in HandoffOrder])

@@ -1,7 +1,8 @@
 """Every replay's logs validate clean: the native event log and the per-request records.
 
-Many seeded runs, both orders (SGLang is skipped while its engine is not available), with and
-without a KV transfer model, on a small pool so that requests queue and wait for room.
+Many seeded runs of both engines (vLLM source-first, SGLang destination-first): with and
+without a KV transfer model (both timing modes), on a small pool so that requests queue and wait
+for room, with shared prefixes, and in concurrency mode.
 """
 
 from __future__ import annotations
@@ -10,11 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from dmocker import replay
 from dmocker.conformance.stream import check_dynamo_records, check_native
 from dmocker.conformance.validator import Validator
 from dmocker.handoff import HandoffOrder, order_for_engine
-
-replay = pytest.importorskip("dmocker.replay")
 
 _EXTRAS: list[dict[str, object]] = [
     {},
@@ -24,6 +24,8 @@ _EXTRAS: list[dict[str, object]] = [
     {"prefix_groups": 2, "prefix_ratio": 0.5},
     {"max_in_flight": 4},
 ]
+#: vLLM prefills first and holds the source; SGLang reserves the destination first.
+ORDER_OF = {"vllm": HandoffOrder.SOURCE_FIRST, "sglang": HandoffOrder.DESTINATION_FIRST}
 CONFIGS: list[dict[str, object]] = [{"seed": s, **extra} for s, extra in enumerate(_EXTRAS)]
 
 
@@ -32,15 +34,9 @@ CONFIGS: list[dict[str, object]] = [{"seed": s, **extra} for s, extra in enumera
 def test_replay_logs_conform(engine: str, config: dict[str, object], tmp_path: Path) -> None:
     events = tmp_path / "events.jsonl"
     records = tmp_path / "records.jsonl"
-    try:
-        replay.run(synthetic=40, engine=engine, events=events, per_request=records, **config)
-    except ValueError as exc:
-        if engine == "sglang" and "sglang" in str(exc).lower():
-            pytest.skip(f"SGLang engine not available yet: {exc}")
-        raise
-    except (ImportError, NotImplementedError) as exc:
-        pytest.skip(f"{engine} engine not available yet: {exc}")
+    replay.run(synthetic=40, engine=engine, events=events, per_request=records, **config)
     order = order_for_engine(engine)
+    assert order is ORDER_OF[engine]
     v = Validator(None)
     with open(events, encoding="utf-8") as handle:
         check_native(handle, v, keep_going=False)
@@ -52,5 +48,6 @@ def test_replay_logs_conform(engine: str, config: dict[str, object], tmp_path: P
         check_dynamo_records(handle, v, order, keep_going=False)
     rec = v.result()
     assert rec.exit_code == 0, (rec.violations[:3], rec.unfinished[:3], rec.input_errors[:3])
-    assert rec.handoffs == 40
-    assert order in (HandoffOrder.SOURCE_FIRST, HandoffOrder.DESTINATION_FIRST)
+    assert rec.handoffs == 40 and set(rec.by_order) == {order.value}
+    # both logs tell the same story: the same number of handoffs ended each way
+    assert native.verdicts == rec.verdicts, (native.verdicts, rec.verdicts)

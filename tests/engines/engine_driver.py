@@ -1,7 +1,7 @@
 """A tiny deterministic driver for engine tests: one prefill + one decode worker, the handoff
 done inline (SourceHeld -> reserve, DestinationReserved -> activate + release), no coordinator.
 
-It defers activate/release while the target worker is busy, as the runtime must (§2.7).
+It defers activate/release while the target worker is busy, as the runtime must.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""EngineArgs: reference defaults (§4.1) and validation errors that name the field."""
+"""EngineArgs: the reference's defaults and validation errors that name the field."""
 
 from __future__ import annotations
 

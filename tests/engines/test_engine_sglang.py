@@ -237,7 +237,7 @@ def test_last_request_is_chunked_to_fill_the_budget() -> None:
 @given(workload, st.integers(8, 40), st.integers(1, 6), st.sampled_from([8, 16, 8192]))
 def test_vectorized_decode_matches_per_request(rows: list[tuple[float, int, int, int]], blocks: int,
                                                seqs: int, chunk: int) -> None:
-    """The numpy decode fast path and the per-request step give identical replays."""
+    """The numpy decode fast path and the per-request step give identical runs."""
     args = dataclasses.replace(FIXTURE, num_gpu_blocks=blocks, max_num_seqs=seqs,
                                chunked_prefill_size=chunk, speedup_ratio=1.0)
     arrivals = []

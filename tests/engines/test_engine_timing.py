@@ -1,4 +1,4 @@
-"""Timing model: the reference's polynomial formulas, speed-up scaling and fixed timing (§4.4)."""
+"""Timing model: the reference's polynomial formulas, speed-up scaling and fixed timing."""
 
 from __future__ import annotations
 

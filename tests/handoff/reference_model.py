@@ -1,4 +1,4 @@
-"""An independent, flag-based model of the reference coordinator semantics (issue §5).
+"""An independent, flag-based model of the reference coordinator semantics.
 
 Written straight from the prose rules, with no use of the spec or the table, so that a
 differential test against :class:`dmocker.handoff.HandoffCoordinator` means something.  Like

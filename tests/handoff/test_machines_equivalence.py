@@ -1,6 +1,6 @@
 """The python-statemachine charts and the compiled table accept exactly the same inputs.
 
-Walks every reachable state of the table (BFS), positions a chart there by replaying the
+Walks every reachable state of the table (BFS), positions a chart there by re-running the
 shortest path, and compares every event: next state, emitted actions, observable logs,
 guards consulted, ignores and rejections (with their error kind).  By induction over the
 reachable graph both forms accept the same event sequences and emit the same actions.

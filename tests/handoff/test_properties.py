@@ -1,4 +1,4 @@
-"""One example test per coordinator property of the reference's test list (fact sheet §10)."""
+"""One example test per coordinator property of the reference's coordinator tests (``ai-dynamo/dynamo`` ``lib/mocker/src/common/handoff_tests.rs``)."""
 
 from __future__ import annotations
 

@@ -40,6 +40,15 @@ CASES = {
     "missing transition": (lambda d: d["transitions"].remove(_transition(d, "failed_ignored")), "no transition for event 'Failed'"),
     "dead transition": (lambda d: d["transitions"].insert(3, {"id": "dead", "event": "start", "when": {"source": "released"}, "ignore": True}), "never fires"),
     "bad json": (None, "invalid JSON"),
+    "action without a class": (lambda d: d["actions"].update(Frobnicate={"side": "source", "pending": None, "allowed": []}),
+                               "spec actions without a class in dmocker.handoff: ['Frobnicate']"),
+    "fact without a class": (lambda d: d["facts"].update(Paused={"payload": {}, "terminal": True}),
+                             "spec facts without a class in dmocker.handoff: ['Paused']"),
+    "class without a spec action": (lambda d: d["actions"].pop("CancelDestination"), "the spec does not declare: ['CancelDestination']"),
+    "observable kind without a side": (lambda d: d["observable"]["sides"].pop("failed"), "no side for ['failed']"),
+    "unknown side": (lambda d: d["observable"]["sides"].update(failed="middle"), "unknown side 'middle'"),
+    "side of an unknown kind": (lambda d: d["observable"]["sides"].update(exploded="none"), "observable.sides.exploded"),
+    "unknown completion kind": (lambda d: d["observable"].update(completion_kind="done"), "unknown observable kind 'done'"),
 }
 
 
@@ -70,3 +79,13 @@ def test_demo_prints_one_clean_handoff_per_order(capsys: pytest.CaptureFixture[s
     out = capsys.readouterr().out
     assert out.count("completion: success") == 2
     assert out.index("#1 ReserveDestination") < out.index("== destination-first ==") < out.index("#1 SubmitPrefill")
+
+
+@pytest.mark.parametrize("verb", [["spec", "validate"], ["spec", "show"]])
+def test_spec_help_names_the_real_default(verb: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    # The default is $DMOCKER_SPEC, else dmocker's own spec/handoff.json: the help says so.
+    with pytest.raises(SystemExit):
+        main([*verb, "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "default: $DMOCKER_SPEC if set, else dmocker's spec/handoff.json" in out
+    assert "bundled" not in out

@@ -137,3 +137,26 @@ def test_default_run_prints_the_summary() -> None:
     assert res.returncode == 0, res.stderr
     assert "vllm 2P+2D" in res.stdout and "mean_ttft_ms" in res.stdout
     assert "300 / 300" in res.stdout
+
+
+def test_first_line_names_the_hot_path_that_ran() -> None:
+    # pip hides the build output; the replay's first printed line says which mode ran.
+    quick = [a for a in SMALL if a != "--quiet"]
+    forced = _cli(quick, env={"DMOCKER_PURE_PYTHON": "1"})
+    assert forced.returncode == 0, forced.stderr
+    assert forced.stdout.splitlines()[0].startswith("dmocker replay (pure Python): vllm 2P+2D, synthetic 40 requests")
+    default = _cli(quick, env={"DMOCKER_PURE_PYTHON": "0"})
+    probe = subprocess.run([sys.executable, "-c", "import dmocker.replay as r; print(r.accelerated())"],
+                           capture_output=True, text=True, check=True, env={**os.environ, "DMOCKER_PURE_PYTHON": "0"})
+    mode = "compiled" if probe.stdout.strip() == "True" else "pure Python"
+    assert default.stdout.splitlines()[0].startswith(f"dmocker replay ({mode}): ")
+
+
+def test_render_summary_takes_the_mode() -> None:
+    from dmocker.cli.replay import render_summary
+    from dmocker.replay import run
+
+    report = run(synthetic=5, isl_mean=300, osl_mean=4)
+    lines = render_summary(report, hot_path="compiled").splitlines()
+    assert lines[0].startswith("dmocker replay (compiled): vllm 2P+2D, synthetic 5 requests")
+    assert lines[1] == "-" * len(lines[0])

@@ -1,4 +1,6 @@
-"""Event heap ordering (time, phase rank, sequence) and the fixed-point drain helper."""
+"""Event heap ordering (time, phase rank, sequence), pruning and the dead-end message.
+
+The drain loop itself is the runtime's (``DisaggRuntime._drain``), covered by the replay tests."""
 
 from __future__ import annotations
 
@@ -13,8 +15,6 @@ from dmocker.replay.events import (
     EventKind,
     EventQueue,
     ReplayInvariantError,
-    drain_to_fixed_point,
-    next_time,
 )
 
 
@@ -24,7 +24,7 @@ def test_same_time_events_pop_in_phase_then_push_order() -> None:
     q.push(5.0, EventKind.PASS_COMPLETION, "p1")
     q.push(5.0, EventKind.PASS_COMPLETION, "p2")
     q.push(4.0, EventKind.TRANSFER_COMPLETE, "early")
-    assert q.peek_time() == 4.0
+    assert q.raw[0][0] == 4.0
     assert q.pop_ready(5.0, EventKind.TRANSFER_COMPLETE) == (False, None)  # not due at 5 yet: 4 is first
     assert q.pop_ready(4.0, EventKind.TRANSFER_COMPLETE) == (True, "early")
     # a transfer at 5 waits until every pass completion at 5 has been popped
@@ -32,7 +32,7 @@ def test_same_time_events_pop_in_phase_then_push_order() -> None:
     assert q.pop_ready(5.0, EventKind.PASS_COMPLETION) == (True, "p1")
     assert q.pop_ready(5.0, EventKind.PASS_COMPLETION) == (True, "p2")
     assert q.pop_ready(5.0, EventKind.TRANSFER_COMPLETE) == (True, "t1")
-    assert len(q) == 0 and q.peek_time() is None
+    assert len(q) == 0 and not q.raw
 
 
 @settings(max_examples=50, deadline=None)
@@ -60,25 +60,6 @@ def test_non_finite_times_are_refused() -> None:
         q.push(math.inf, EventKind.PASS_COMPLETION, 1)
     with pytest.raises(ReplayInvariantError):
         q.push(math.nan, EventKind.PASS_COMPLETION, 1)
-
-
-def test_next_time() -> None:
-    assert next_time(None, None) is None
-    assert next_time(3.0, None, 2.0) == 2.0
-
-
-def test_drain_reaches_a_fixed_point_and_refuses_to_spin() -> None:
-    budget = [3]
-
-    def phase() -> bool:
-        if budget[0]:
-            budget[0] -= 1
-            return True
-        return False
-
-    assert drain_to_fixed_point([phase, lambda: False]) == 4
-    with pytest.raises(ReplayInvariantError, match="fixed point"):
-        drain_to_fixed_point([lambda: True], max_sweeps=10)
 
 
 def test_dead_end_message_lists_requests() -> None:

@@ -1,4 +1,5 @@
-"""Runtime rules (fact sheet sections 2.7, 3, 9 and the section 10 runtime list) on fake workers.
+"""Runtime rules (action execution, phases, the per-timestamp drain order, the reference's runtime
+properties) on fake workers.
 
 The fake workers (fake_engine.py) have fixed pass costs, so every expected time below can be
 worked out by hand.
@@ -98,7 +99,7 @@ def test_zero_delay_transfer_completes_in_the_same_drain() -> None:
 
 
 def test_transfer_delay_is_applied_once_to_ttft() -> None:
-    # 128 tokens x 1e6 bytes at 1 GB/s = 128 ms (fact sheet section 2.5).
+    # 128 tokens x 1e6 bytes at 1 GB/s = 128 ms (delay = tokens x bytes / (GB/s x 1e9) x 1000).
     base = fake_run(_wl(1, isl=128, osl=2)).records[0]
     slow = fake_run(_wl(1, isl=128, osl=2), bandwidth=1.0, kv_bytes=1_000_000).records[0]
     assert slow["ttft_ms"] - base["ttft_ms"] == pytest.approx(128.0)

@@ -1,4 +1,4 @@
-"""Runtime properties of fact sheet section 10 that need the real mock engines (vLLM)."""
+"""Runtime properties of the reference's replay tests that need the real mock engines (vLLM)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def test_lifecycle_causality_and_decode_only_report(tmp_path: Path) -> None:
 
 
 def test_transfer_delay_matches_the_formula(tmp_path: Path) -> None:
-    # 1275 tokens x 131072 B at 10 GB/s = 16.711 ms (fact sheet section 12).
+    # 1275 tokens x 131072 B at 10 GB/s = 16.711 ms, as Dynamo 1.6.1 reports.
     ev = tmp_path / "e.jsonl"
     trace = _trace(tmp_path, [{"timestamp": 0, "input_length": 1275, "output_length": 3, "hash_ids": [1, 2, 3]}])
     run(trace, prefill_workers=1, decode_workers=1, kv_transfer_bandwidth=10.0, kv_bytes_per_token=131072, events=ev)

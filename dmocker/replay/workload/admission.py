@@ -6,7 +6,7 @@ next release, what is ready now, and "this request ended" -- so trace mode and c
 mode are swappable and testable without engines.
 
 * Trace mode: a first turn is released at its arrival time; a later turn at the previous
-  turn's terminal time + its delay (fact sheet section 6).
+  turn's terminal time + its delay (the reference's workload driver).
 * Concurrency mode (``max_in_flight``): arrival times are ignored; at most ``max_in_flight``
   *sessions* are open at once and each keeps its slot through all its turns and think times
   (depth-first), so a single-turn workload keeps ``max_in_flight`` requests in flight.

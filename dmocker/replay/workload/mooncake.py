@@ -6,7 +6,7 @@ front -- so bad input fails before any simulation work and no report is written 
 keeping only a few numbers per row in flat arrays (byte offset, lengths, timestamp, delay,
 next turn).  A turn's hash ids are re-read from its byte offset only when it is admitted.
 
-Rules, after the reference loader (fact sheet section 6):
+Rules, after the reference loader (``ai-dynamo/dynamo`` ``lib/mocker/src/loadgen/trace.rs``):
 
 * ``timestamp`` (ms) is rebased so the earliest first turn arrives at 0, then divided by
   ``arrival_speedup_ratio``; so are inter-turn delays.
@@ -14,7 +14,8 @@ Rules, after the reference loader (fact sheet section 6):
   ``delay`` (explicit, or the timestamp difference to the previous turn).  A first turn may not
   carry a non-zero delay.
 * ``input_length`` may not exceed ``len(hash_ids) * trace_block_size``.  The reference clamps
-  silently; the issue asks for an error, so clamping is opt-in (``clamp_input_length``).
+  silently; a length the hash ids cannot hold is most likely a broken trace, so here it is an
+  error and clamping is opt-in (``clamp_input_length``).
 """
 
 from __future__ import annotations

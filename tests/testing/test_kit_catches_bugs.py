@@ -19,7 +19,7 @@ from dmocker.handoff import (
     load_spec,
 )
 from dmocker.testing import coordinator_state_machine
-from tests.mutants import MUTANTS
+from dmocker.check.mutant_catalogue import MUTANTS
 
 
 class StartAfterTerminal(HandoffCoordinator):
@@ -74,7 +74,7 @@ def test_kit_flags_mutant(mutant: type[HandoffCoordinator], expected: str) -> No
 ], ids=["no_foreign_check", "duplicate_held_re_reserves"])
 def test_kit_flags_catalogue_mutant(name: str, expected: str) -> None:
     (mutant,) = [m for m in MUTANTS if m.name == name]
-    _flags(mutant.factory, expected, 100)
+    _flags(mutant.factory, expected, 300)
 
 
 HISTORICAL = [m for m in MUTANTS if m.historical]

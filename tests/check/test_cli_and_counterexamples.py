@@ -1,4 +1,5 @@
-"""`dmocker check` end to end: exit codes, reports, saved counterexamples and --replay."""
+"""`dmocker check` end to end: exit codes, reports, saved counterexamples and re-running them
+(`dmocker check --replay CEX`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from dmocker.check.inputs import DeliverFact, DeliverOutcome, InputFormatError, 
 from dmocker.cli.check import main
 from dmocker.handoff import Outcome, OutcomeKind, SourceHeld, TransferTiming, TransferTimingMode
 
-MUTANT = "tests.mutants.historical:DestinationMissingDelayNotValidated"
+MUTANT = "dmocker.check.mutant_catalogue.historical:DestinationMissingDelayNotValidated"
 
 
 def test_ours_exits_0_with_reports(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -33,7 +34,7 @@ def test_ours_exits_0_with_reports(tmp_path: Path, capsys: pytest.CaptureFixture
     assert not (tmp_path / "cex").exists()  # nothing failed, nothing saved
 
 
-def test_failing_mutant_exits_1_and_replays(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_failing_mutant_exits_1_and_its_counterexample_reruns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cex_dir = tmp_path / "cex"
     junit = tmp_path / "r.xml"
     code = main(["check", "--coordinator", MUTANT, "--order", "source-first", "--cex-dir", str(cex_dir), "--junit", str(junit)])
@@ -47,7 +48,7 @@ def test_failing_mutant_exits_1_and_replays(tmp_path: Path, capsys: pytest.Captu
     assert len(failures) == 1 and "StartTransfer" in (failures[0].get("message") or "")
     raw = json.loads(saved.read_text())
     assert raw["coordinator"] == MUTANT and raw["property"] == "finite_delay" and len(raw["steps"]) == 5
-    # replay: still fails against the mutant (exit 1) ...
+    # re-run (--replay): still fails against the mutant (exit 1) ...
     assert main(["check", "--replay", str(saved)]) == 1
     out = capsys.readouterr().out
     assert "VIOLATES finite_delay" in out and "REPRODUCED" in out
@@ -57,8 +58,8 @@ def test_failing_mutant_exits_1_and_replays(tmp_path: Path, capsys: pytest.Captu
     assert "rejected INVALID_DELAY" in out and "not reproduced" in out
 
 
-def test_liveness_counterexample_replays(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["check", "--coordinator", "tests.mutants.plausible:SilentAfterFailedSubmit",
+def test_liveness_counterexample_reruns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["check", "--coordinator", "dmocker.check.mutant_catalogue.plausible:SilentAfterFailedSubmit",
                  "--order", "source-first", "--cex-dir", str(tmp_path)])
     assert code == 1
     saved = tmp_path / "source-first-no_deadlock.json"
@@ -96,7 +97,7 @@ def test_mutants_flag_prints_the_kill_table(tmp_path: Path, capsys: pytest.Captu
     # a two-mutant catalogue keeps this fast; test_mutants_killed runs the whole one
     cat = tmp_path / "cat"
     cat.mkdir()
-    (cat / "__init__.py").write_text("from tests.mutants import MUTANTS as _ALL\nMUTANTS = _ALL[:2]\n")
+    (cat / "__init__.py").write_text("from dmocker.check.mutant_catalogue import MUTANTS as _ALL\nMUTANTS = _ALL[:2]\n")
     assert main(["check", "--mutants", str(cat)]) == 0
     out = capsys.readouterr().out
     assert "start_after_terminal_submits" in out and "reopen_only_for_canceled" in out
@@ -125,7 +126,7 @@ def test_inputs_round_trip_through_json_including_non_finite_floats() -> None:
 
 def test_all_keeps_exploring_for_more_counterexamples(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # complete-before-release breaks several properties; --all reports a counterexample for each
-    code = main(["check", "--coordinator", "tests.mutants.plausible:CompleteBeforeSourceReleased", "--order",
+    code = main(["check", "--coordinator", "dmocker.check.mutant_catalogue.plausible:CompleteBeforeSourceReleased", "--order",
                  "source-first", "--all", "--cex-dir", str(tmp_path), "--json", str(tmp_path / "r.json")])
     assert code == 1
     data = json.loads((tmp_path / "r.json").read_text())

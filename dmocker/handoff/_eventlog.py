@@ -1,0 +1,83 @@
+"""The one event-log writer: what a coordinator step makes observable, as JSONL lines.
+
+The spec's compiled table says which observable kinds each step produces (``Step.logs``, from
+the transitions' and rules' ``log``); the spec's ``observable`` section says on which side each
+kind happens (``sides``: the ``worker`` field names a prefill worker for source kinds, a decode
+worker for destination kinds) and which kind carries the completion (``completion_kind``).
+Both the cluster replay and the conformance fixture write their logs through
+:class:`EventLogWriter`, so a log line is shaped in one place (spec/event-log.schema.json).
+
+A line is compact JSON with sorted keys and times rounded to 6 decimals (as every dmocker
+JSONL output): ``{"detail"?, "engine", "event", "handoff", "t_ms", "tokens"?, "worker"?}``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Final
+
+from dmocker.handoff._coordinator import HandoffCoordinator
+from dmocker.handoff._spec import ProtocolSpec, load_spec
+from dmocker.handoff._table import STEP_TAG, Step
+from dmocker.handoff._types import DestinationReserved, Fact, SourceHeld
+
+_dumps: Final = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False).encode
+
+
+class EventLogWriter:
+    """Writes the observable events of coordinator steps through ``write`` (one line each).
+
+    ``log`` is called after the coordinator handled an input, with the state it was in before
+    (``prev``) and the input's event name (``SourceHeld``, ``SubmitPrefill.Submitted``, ...);
+    a step that produces no observable kind writes nothing.
+    """
+
+    __slots__ = ("_write", "_engine", "_source", "_destination", "_completion_kind")
+
+    def __init__(self, write: Callable[[str], object], engine: str, spec: ProtocolSpec | None = None) -> None:
+        the_spec = spec if spec is not None else load_spec()
+        self._write = write
+        self._engine = engine
+        self._source = frozenset(the_spec.kinds_on_side("source"))
+        self._destination = frozenset(the_spec.kinds_on_side("destination"))
+        self._completion_kind = the_spec.completion_kind
+
+    def log(
+        self,
+        t_ms: float,
+        coord: HandoffCoordinator,
+        prev: int,
+        event: str,
+        fact: Fact | None,
+        source_worker: int = -1,
+        destination_worker: int = -1,
+    ) -> tuple[str, ...]:
+        """Write the kinds the step ``event`` from state ``prev`` produced (workers: -1 = none);
+        returns them."""
+        table = coord.table
+        entry = table.rows[prev][table.event_index(event)]
+        if entry.tag != STEP_TAG:
+            return ()
+        assert isinstance(entry, Step)
+        r = round(t_ms, 6)
+        t = 0.0 if r == 0 else r
+        for kind in entry.logs:
+            line: dict[str, object] = {"handoff": coord.handoff_id, "t_ms": t, "event": kind, "engine": self._engine}
+            if kind in self._source and source_worker >= 0:
+                line["worker"] = f"prefill-{source_worker}"
+            elif kind in self._destination and destination_worker >= 0:
+                line["worker"] = f"decode-{destination_worker}"
+            if isinstance(fact, SourceHeld):
+                line["tokens"] = int(fact.transfer_timing.full_prompt_tokens)
+            elif isinstance(fact, DestinationReserved):
+                line["tokens"] = int(fact.transferable_prompt_tokens)
+            if kind == self._completion_kind:
+                completion = coord.completion
+                assert completion is not None
+                line["detail"] = completion.value
+            self._write(_dumps(line) + "\n")
+        return entry.logs
+
+
+__all__ = ["EventLogWriter"]
