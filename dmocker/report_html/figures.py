@@ -7,6 +7,7 @@ Why functions of :class:`~dmocker.replay.timeseries.TimeSeries` only: the page l
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -15,7 +16,13 @@ from dmocker.replay.timeseries import CDF_POINTS, Series, TimeSeries
 
 __all__ = ["cdf_svg", "throughput_svg", "series_svg", "failures_svg"]
 
-_LEGEND_MAX = 12  # more lines than this: no per-line legend, a min/mean/max band instead
+_LEGEND_MAX = 16  # more lines than this: no per-line legend, a min/mean/max band instead
+
+
+def matplotlib_colormap(name: str) -> Any:
+    from matplotlib import colormaps
+
+    return colormaps[name]
 
 
 def cdf_svg(ts: TimeSeries) -> str:
@@ -72,8 +79,11 @@ def series_svg(ts: TimeSeries, s: Series, *, title: str, ylabel: str, percent: b
     values = s.values * (100.0 if percent else 1.0)
     t = ts.times_s(values.shape[0])
     if values.shape[1] <= _LEGEND_MAX:
+        # more lines than the default 10-colour cycle: 20 distinct colours, none repeated
+        cmap = matplotlib_colormap("tab20") if values.shape[1] > 10 else None
         for col, label in enumerate(s.labels):
-            ax.step(t, values[:, col], where="post", linewidth=1.1, label=label)
+            color = cmap(col) if cmap is not None else None
+            ax.step(t, values[:, col], where="post", linewidth=1.1, label=label, color=color)
         if s.labels:
             ax.legend(loc="upper right", fontsize=7, ncol=min(4, len(s.labels)))
     else:
