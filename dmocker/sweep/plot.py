@@ -13,7 +13,6 @@ from collections.abc import Sequence
 
 from dmocker.plotting import PLOT_EXTENSIONS, figure_bytes, new_figure
 
-from .grid import config_label
 from .rank import Row, cheapest
 
 __all__ = ["pareto", "plot_frontier", "PLOT_EXTENSIONS"]
@@ -81,7 +80,7 @@ def plot_frontier(
             # frontier rises along x) gets its label below-right so the two do not overlap.
             nxt = front[k + 1] if k + 1 < len(front) else None
             stacked = nxt is not None and abs(pts[nxt][0] - pts[i][0]) < 0.03 * span
-            ax.annotate(config_label(pts_rows[i].config), pts[i], textcoords="offset points",
+            ax.annotate(pts_rows[i].name, pts[i], textcoords="offset points",
                         xytext=(6, -11) if stacked else (6, 5), fontsize=7, zorder=5)
         if mark is not None and mark in pts_rows:
             m = pts[pts_rows.index(mark)]

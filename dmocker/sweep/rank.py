@@ -38,6 +38,11 @@ class Row:
     goodput_rps: float
     attainment: float
     meets_sla: bool
+    label: str = ""  # config_label with the base P/D split filled in (see build_rows)
+
+    @property
+    def name(self) -> str:
+        return self.label or config_label(self.config)
 
     @property
     def ok(self) -> bool:
@@ -74,15 +79,23 @@ def build_rows(results: Sequence[TaskResult], configs: Sequence[dict[str, Config
     for r, cfg in zip(results, configs):
         merged = {**base, **cfg}
         gpus = int(merged.get("prefill_workers", 2)) + int(merged.get("decode_workers", 2))
+        label = _label(base, cfg)
         if r.summary is None or r.error is not None:
-            rows.append(Row(r.index, cfg, None, r.error, r.search, gpus, 0.0, 0.0, False))
+            rows.append(Row(r.index, cfg, None, r.error, r.search, gpus, 0.0, 0.0, False, label))
             continue
         s = r.summary
         good = _num(s, "goodput_request_throughput_rps") if "goodput_request_throughput_rps" in s else _num(s, "request_throughput_rps")
         a = attainment(s)
         meets = a >= target if r.search is None else r.search.get("value") is not None
-        rows.append(Row(r.index, cfg, s, None, r.search, gpus, good, a, meets))
+        rows.append(Row(r.index, cfg, s, None, r.search, gpus, good, a, meets, label))
     return rows
+
+
+def _label(base: dict[str, Any], config: dict[str, ConfigValue]) -> str:
+    """The row's name: its swept values, with the P/D split always shown (``9P+1D``)."""
+    pd = {k: base[k] for k in ("prefill_workers", "decode_workers")
+          if isinstance(base.get(k), int) and not isinstance(base.get(k), bool)}
+    return config_label({**pd, **config})
 
 
 def rank(rows: Sequence[Row]) -> list[Row]:
@@ -125,7 +138,7 @@ def render_table(rows: Sequence[Row], *, target: float, max_rate: bool) -> str:
     head += ["goodput/GPU (req/s)", "goodput (req/s)", "SLA att.", "p99 TTFT (ms)", "p99 ITL (ms)", ""]
     table: list[list[str]] = []
     for i, row in enumerate(rank(rows), start=1):
-        line = [str(i) if row.ok else "-", config_label(row.config), str(row.gpus)]
+        line = [str(i) if row.ok else "-", row.name, str(row.gpus)]
         if max_rate:
             bracket = row.search.get("bracket") if row.search is not None else None
             if isinstance(bracket, list) and len(bracket) == 2:
@@ -226,6 +239,8 @@ def rows_from_document(doc: dict[str, JsonValue]) -> tuple[list[Row], float, dic
     target = sla.get("attainment")
     if not isinstance(target, (int, float)) or isinstance(target, bool):
         raise ValueError("sweep.json: sla.attainment must be a number")
+    base = doc.get("base")
+    pd: dict[str, Any] = dict(base) if isinstance(base, dict) else {}
     rows: list[Row] = []
     for i, run in enumerate(runs):
         if not isinstance(run, dict) or not isinstance(run.get("config"), dict) or not isinstance(run.get("gpus"), int):
@@ -237,10 +252,11 @@ def rows_from_document(doc: dict[str, JsonValue]) -> tuple[list[Row], float, dic
         gpus = run["gpus"]
         assert isinstance(gpus, int)
         if not isinstance(summary, dict):
-            rows.append(Row(i, config, None, str(error), search if isinstance(search, dict) else None, gpus, 0.0, 0.0, False))
+            rows.append(Row(i, config, None, str(error), search if isinstance(search, dict) else None, gpus, 0.0, 0.0,
+                            False, _label(pd, config)))
             continue
         good, att, meets = run.get("goodput_rps"), run.get("sla_attainment"), run.get("meets_sla")
         rows.append(Row(i, config, summary, None, search if isinstance(search, dict) else None, gpus,
                         float(good) if isinstance(good, (int, float)) else 0.0,
-                        float(att) if isinstance(att, (int, float)) else 0.0, meets is True))
+                        float(att) if isinstance(att, (int, float)) else 0.0, meets is True, _label(pd, config)))
     return rows, float(target), sla
