@@ -3,8 +3,10 @@
 With no arguments it runs the built-in default (a small generated workload on 2 prefill +
 2 decode vLLM workers) and prints the summary table.
 
-Exit codes: 0 the replay finished; 1 the replay stopped on a dead end or an internal error;
-2 bad input (trace lines, arguments) -- nothing is written then.  ``--out``, ``--per-request``
+Exit codes: 0 the replay finished with every end-of-run invariant holding; 1 an invariant broke
+(the report is still written, marked failed, and what broke is printed), a user coordinator
+broke the protocol, or the replay stopped on a dead end or an internal error; 2 bad input
+(trace lines, arguments, fault flags, an unloadable --coordinator) -- nothing is written then.  ``--out``, ``--per-request``
 and ``--events`` are written atomically (temp file + rename).
 """
 
@@ -20,6 +22,7 @@ from dmocker._accel import hot_path_label
 from dmocker.handoff import HandoffError
 from dmocker.replay.api import DEFAULT_SYNTHETIC, run as replay_run
 from dmocker.replay.events import DeadEndError, ReplayInvariantError
+from dmocker.replay.faults import FaultPlan, parse_worker_crash
 from dmocker.replay.report import JsonValue, Report
 from dmocker.replay.workload import WorkloadError
 
@@ -85,6 +88,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     r.add_argument("--sla-itl-ms", type=_float, help="goodput bound on mean ITL")
     r.add_argument("--sla-e2e-ms", type=_float, help="goodput bound on end-to-end latency")
     r.add_argument("--max-sim-time-ms", type=_float, help="soft cap on simulated time")
+    f = parser.add_argument_group("faults and coordinators (docs/replay.md#faults)")
+    f.add_argument("--fault-cancel-rate", type=_float, default=0.0, metavar="P", help="per-request probability of a client cancel")
+    f.add_argument("--fault-fail-rate", type=_float, default=0.0, metavar="P", help="per-request probability of a failed handoff action")
+    f.add_argument("--fault-timeout-rate", type=_float, default=0.0, metavar="P", help="per-request probability of a transfer timeout")
+    f.add_argument("--fault-seed", type=_int, default=0, metavar="N", help="seed of the fault draws (default 0)")
+    f.add_argument("--worker-crash", action="append", default=[], metavar="POOL:INDEX@T_MS",
+                   help="worker INDEX of POOL (prefill|decode) dies at T_MS; repeatable")
+    f.add_argument("--worker-restart-s", type=_float, metavar="S", help="crashed workers come back empty S seconds later")
+    f.add_argument("--coordinator", metavar="MODULE:CLASS",
+                   help="drive every handoff with this class (the public coordinator API, as for dmocker check)")
+    f.add_argument("--scenario", metavar="SCENARIO_JSON", help="re-run a scenario saved by dmocker fuzz exactly")
     o = parser.add_argument_group("output")
     o.add_argument("--out", metavar="REPORT_JSON", help="write {summary, config} here")
     o.add_argument("--per-request", metavar="RECORDS_JSONL", help="write one record per request here")
@@ -133,6 +147,14 @@ def render_summary(report: Report, *, hot_path: str | None = None) -> str:
         else:
             rows.append((label, " / ".join(str(s[k]) for k in (
                 "rejected_requests", "failed_requests", "canceled_requests", "incomplete_requests"))))
+    injected = s.get("faults_injected")
+    if isinstance(injected, dict) and any(injected.values()):
+        rows.append(("faults injected", ", ".join(f"{k} {v}" for k, v in sorted(injected.items()) if v)))
+        causes = s.get("failures_by_cause")
+        if isinstance(causes, dict):
+            rows.append(("failures by cause", ", ".join(f"{k} {v}" for k, v in sorted(causes.items()) if v) or "-"))
+    if s.get("leaked_kv_blocks"):
+        rows.append(("leaked_kv_blocks", _fmt(s["leaked_kv_blocks"])))
     if "goodput_completed_requests" in s:
         rows.append(("goodput_completed_requests", _fmt(s["goodput_completed_requests"])))
         rows.append(("goodput_request_throughput_rps", _fmt(s["goodput_request_throughput_rps"])))
@@ -168,7 +190,21 @@ def _check_out_dir(flag: str, path: str | None) -> str | None:
     return None
 
 
+def _fault_plan(args: argparse.Namespace) -> FaultPlan | None:
+    """The plan from the fault flags (None when none is set); ValueError on a bad value."""
+    crashes = tuple(parse_worker_crash(text) for text in args.worker_crash)
+    rates = (args.fault_cancel_rate, args.fault_fail_rate, args.fault_timeout_rate)
+    if not crashes and all(r == 0.0 for r in rates) and args.worker_restart_s is None:
+        return None
+    return FaultPlan(cancel_rate=rates[0], fail_rate=rates[1], timeout_rate=rates[2], seed=args.fault_seed,
+                     crashes=crashes, restart_s=args.worker_restart_s)
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.scenario is not None:
+        from dmocker.cli.fuzz import replay_scenario
+
+        return replay_scenario(args)
     for flag, path in (("--out", args.out), ("--per-request", args.per_request), ("--events", args.events),
                        ("--html", args.html)):
         problem = _check_out_dir(flag, path)
@@ -185,6 +221,7 @@ def run(args: argparse.Namespace) -> int:
             return 2
     progress = not args.quiet and sys.stderr.isatty()
     try:
+        faults = _fault_plan(args)
         report = replay_run(
             args.trace,
             synthetic=args.synthetic,
@@ -219,6 +256,8 @@ def run(args: argparse.Namespace) -> int:
             per_request=args.per_request,
             events=args.events,
             progress=progress,
+            faults=faults,
+            coordinator=args.coordinator,
             timeseries=args.html is not None,
         )
     except (DeadEndError, ReplayInvariantError, HandoffError) as exc:
@@ -236,7 +275,20 @@ def run(args: argparse.Namespace) -> int:
         write_atomic(args.html, render_html(report))
     if not args.quiet:
         sys.stdout.write(render_summary(report))
-    return 0
+    return report_invariants("dmocker replay", report)
+
+
+def report_invariants(prog: str, report: Report) -> int:
+    """Exit status of a finished run: 1 (and what broke, on stderr) when an end-of-run invariant failed."""
+    if report.summary.get("invariants_ok", True):
+        return 0
+    breaks = report.summary.get("invariant_breaks")
+    for b in breaks if isinstance(breaks, list) else []:
+        if isinstance(b, dict):
+            ids = b.get("request_ids")
+            shown = f" (requests {', '.join(str(i) for i in ids)})" if isinstance(ids, list) and ids else ""
+            print(f"{prog}: invariant broken: {b.get('invariant')}: {b.get('message')}{shown}", file=sys.stderr)
+    return 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -82,6 +82,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(func=run)
 
 
+def _replay_params() -> frozenset[str]:
+    import inspect
+
+    from dmocker.replay.api import run as replay_run
+
+    return frozenset(inspect.signature(replay_run).parameters) - {"trace"}
+
+
+def _defaults() -> dict[str, Any]:
+    parser = argparse.ArgumentParser(add_help=False)
+    configure(parser)
+    return {a.dest: a.default for a in parser._actions}
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -140,8 +154,16 @@ def run(args: argparse.Namespace) -> int:
             except GridError as exc:
                 return _fail(str(exc))
     axis_keys = {a.key for a in AXES}
-    base = {k: v for k, v in ns.items()
-            if v is not None and k not in _NOT_REPLAY_KWARGS and k not in _NOT_FOR_SWEEP and k not in axis_keys}
+    run_params = _replay_params()
+    defaults = _defaults()
+    base = {}
+    for k, v in ns.items():
+        if v is None or k in _NOT_REPLAY_KWARGS or k in _NOT_FOR_SWEEP or k in axis_keys:
+            continue
+        if k in run_params:
+            base[k] = v
+        elif v != defaults.get(k):  # a replay flag that is not a run() keyword (faults, scenarios)
+            return _fail(f"--{k.replace('_', '-')} is not supported by dmocker sweep")
     for key in list(axes):
         if len(axes[key]) == 1:  # one value is not an axis: it applies to every configuration
             base[key] = axes.pop(key)[0]

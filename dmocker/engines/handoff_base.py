@@ -129,6 +129,11 @@ class HandoffWorkerBase(Generic[R]):
         pool = self.pool
         return pool.num_active_blocks / pool.total if pool.total else 0.0
 
+    def kv_in_use(self) -> tuple[int, list[int]]:
+        """(KV blocks in use, ids of the requests still registered here), for leak checks: a
+        source still held or a destination still reserved shows up in both; (0, []) once drained."""
+        return self.pool.num_active_blocks, sorted(self._live)
+
     def _validate(self, req: EngineRequest) -> None:
         n = req.input_length
         if isinstance(n, bool) or not isinstance(n, int) or n <= 0:

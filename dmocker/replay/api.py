@@ -23,6 +23,8 @@ from dmocker.engines.interface import Backend, EngineArgs, EngineWorker, WorkerT
 from .collector import Collector
 from .report import JsonValue, Report, SlaThresholds, build_summary
 from .runtime import DisaggRuntime
+from . import end_of_run as _end
+from .faults import FaultPlan
 from .timeseries import TimeSeries, TimeSeriesRecorder, add_standard_gauges, finish as finish_timeseries
 from .workload import AdmissionQueue, MooncakeTrace, SyntheticSpec, SyntheticWorkload, Workload, WorkloadError
 
@@ -144,6 +146,9 @@ def run(
     progress: bool = False,
     on_retired: Callable[[int], None] | None = None,
     timeseries: bool = False,
+    faults: FaultPlan | None = None,
+    coordinator: str | Callable[..., object] | None = None,
+    workload: Workload | None = None,
 ) -> Report:
     """Replay a Mooncake trace (``trace``) or a synthetic workload and return the Report.
 
@@ -155,6 +160,11 @@ def run(
     ``timeseries`` records the series of the HTML report (``Report.timeseries``; off: no cost).
     ``clamp_input_length`` reproduces the reference's silent clamp of ``input_length`` to
     ``len(hash_ids) * trace_block_size``; by default exceeding it is a ``WorkloadError``.
+    ``faults`` injects a :class:`~dmocker.replay.faults.FaultPlan`; ``coordinator`` (``"module:Class"``
+    or a factory with the public coordinator API) drives every handoff instead of ours; ``workload``
+    is any :class:`~dmocker.replay.workload.Workload` (fuzz scenarios), instead of a trace or
+    ``synthetic``.  End-of-run invariants are always checked (:mod:`dmocker.replay.invariants`):
+    the summary says ``invariants_ok`` and lists what broke.
     Raises ``ValueError`` (``WorkloadError`` for trace problems) on bad input.
     """
     started = time.perf_counter()
@@ -204,11 +214,15 @@ def run(
     order: HandoffOrder = order_for_engine(prefill_args.backend.value)
 
     # ---- workload ----------------------------------------------------------------------------
-    workload: Workload
     workload_config: dict[str, JsonValue]
     if trace is not None and synthetic is not None:
         raise ValueError("give either a trace file or synthetic, not both")
-    if trace is not None:
+    if workload is not None:
+        if trace is not None or synthetic is not None:
+            raise ValueError("give either a workload, a trace file or synthetic, not several")
+        workload_config = {"kind": "explicit", "requests": workload.num_requests,
+                           "trace_block_size": workload.trace_block_size}
+    elif trace is not None:
         mooncake = MooncakeTrace(
             trace, trace_block_size=trace_block_size, arrival_speedup_ratio=arrival_speedup_ratio,
             clamp_input_length=clamp_input_length,
@@ -245,6 +259,10 @@ def run(
         workload = SyntheticWorkload(spec)
         workload_config = {"kind": "synthetic", **{f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}}
     admission = AdmissionQueue(workload, max_in_flight=max_in_flight)
+    hooks = _end.prepare(
+        faults, coordinator, prefill_args=prefill_args, decode_args=decode_args,
+        prefill_workers=prefill_workers, decode_workers=decode_workers, num_requests=workload.num_requests,
+    )
 
     sla = SlaThresholds(sla_ttft_ms, sla_itl_ms, sla_e2e_ms)
     config: dict[str, JsonValue] = {
@@ -295,10 +313,12 @@ def run(
             events=_as_io(events_w),
             on_retired=retired if (bar is not None or on_retired is not None) else None,
             sampler=recorder,
+            coordinator_factory=hooks.factory,
         )
+        hooks.attach(runtime)
         if recorder is not None:
             add_standard_gauges(recorder, lambda: runtime.in_flight, p_workers, d_workers)
-        result = runtime.run()
+        result = hooks.run(runtime)
         runtime.write_incomplete_records()
         summary = build_summary(collector, handoff_order=order.value, sla=sla)
         if recorder is not None:
@@ -317,6 +337,7 @@ def run(
     for w in (records_w, events_w):
         if w is not None:
             w.commit()
+    hooks.finish(runtime, collector, summary, config, order=order, capped=result.capped, events_path=events)
     config["capped"] = result.capped
     return Report(
         summary=summary,

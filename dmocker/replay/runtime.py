@@ -75,7 +75,11 @@ from .routing import RoundRobin, Router
 from .timeseries import TimeSeriesRecorder
 from .workload import AdmissionQueue, ReadyTurn, Turn
 
-__all__ = ["Phase", "Stage", "DisaggRuntime", "RuntimeResult"]
+__all__ = ["Phase", "Stage", "DisaggRuntime", "RuntimeResult", "CoordinatorFactory"]
+
+#: Builds a request's coordinator: ``factory(request_id, order, fallback_transfer_delay_ms=...,
+#: spec=...)``.  The default is HandoffCoordinator itself; faults and user coordinators plug in here.
+CoordinatorFactory = Callable[..., HandoffCoordinator]
 
 
 class Stage(enum.IntEnum):
@@ -110,6 +114,7 @@ _INJECT_KINDS: Final = cast(
     tuple(FACT_CLASSES[name] for name in load_spec().terminal_facts),
 )
 _INJECT_CODES: Final[dict[type, int]] = {cls: i for i, cls in enumerate(_INJECT_KINDS)}
+_TIMER_CODE: Final = 99  # an INJECTED_FACT payload (_TIMER_CODE, timer id): a callback of at()
 
 # Enum members used on the per-action path, bound once: in Python 3.11 reading a member off
 # its class (``Phase.DONE``) costs ~5x a module global, and these run ~10 times per request.
@@ -165,6 +170,7 @@ class _Req:
         "decode_reused",
         "terminal_ms",
         "held_tokens",
+        "routed",
     )
 
     def __init__(self, turn: Turn, arrival_ms: float, coord: HandoffCoordinator, request: EngineRequest) -> None:
@@ -189,6 +195,7 @@ class _Req:
         self.decode_reused: int | None = None
         self.terminal_ms: float | None = None
         self.held_tokens: int | None = None
+        self.routed = 0  # bit 1: the prefill router holds it, bit 2: the decode router does
 
 
 _Queued = tuple[_Req, IssuedAction]
@@ -224,9 +231,15 @@ class DisaggRuntime:
         decode_router: Router | None = None,
         fallback_transfer_delay_ms: float = 0.0,
         sampler: TimeSeriesRecorder | None = None,
+        coordinator_factory: CoordinatorFactory | None = None,
     ) -> None:
         self.now_ms = 0.0
         self._sampler = sampler  # time series for the HTML report; None unless asked
+        self._make_coord: CoordinatorFactory = coordinator_factory or HandoffCoordinator
+        self._timers: dict[int, Callable[[], None]] = {}
+        self._pool_gone = [False, False]  # per stage: empty for good (no restart): acquires fail
+        self._acquire_hooks: dict[int, Callable[[], bool]] = {}  # request -> "fail this acquire?"
+        self._timer_seq = 0
         self._admission = admission
         self._workers: tuple[list[EngineWorker], list[EngineWorker]] = (prefill_workers, decode_workers)
         self._active: tuple[list[int], list[int]] = (
@@ -315,6 +328,10 @@ class DisaggRuntime:
                 return changed
             assert payload is not None
             code, rid = payload
+            if code == _TIMER_CODE:
+                self._timers.pop(rid)()
+                changed = True
+                continue
             req = self._live.get(rid)
             if req is None:
                 continue
@@ -590,6 +607,7 @@ class DisaggRuntime:
             if self.collector.on_terminal(rid, TerminalStatus.COMPLETED, now):
                 req.terminal_ms = now
             self._routers[_D].on_request_done(rid)
+            req.routed &= 1
             self._finish_logical(req, remove_actions=False)
         for rid in done.rejected:
             req = live.get(rid)
@@ -635,7 +653,7 @@ class DisaggRuntime:
         if hashes is None:
             hashes = block_hashes_from_trace(turn.hash_ids, turn.input_length, self._trace_block, self._block_size)
         request = EngineRequest(rid, turn.input_length, turn.output_length, hashes)
-        coord = HandoffCoordinator(rid, self._order, fallback_transfer_delay_ms=self._fallback, spec=self._spec)
+        coord = self._make_coord(rid, self._order, fallback_transfer_delay_ms=self._fallback, spec=self._spec)
         req = _Req(turn, item.arrival_ms, coord, request)
         if self._order is _DEST_FIRST:
             req.phase = _AWAITING_DESTINATION
@@ -675,11 +693,117 @@ class DisaggRuntime:
         if req.queued:
             raise ReplayInvariantError(f"completed handoff {req.rid} still has {req.queued} queued action(s)")
         req.phase = Phase.DONE
+        if req.routed:  # a failed, rejected or canceled request frees its router state too
+            self._release_routes(req)
+        if self._acquire_hooks:
+            self._acquire_hooks.pop(req.rid, None)
         del self._live[req.rid]
         if self._records is not None:
             self._write_record(req)
         if self._on_retired is not None:
             self._on_retired(req.rid)
+
+    # ------------------------------------------------------------------ fault hooks
+    # Used by dmocker.replay.faults (only when faults are injected): timed callbacks, terminal
+    # facts delivered from outside, and a worker leaving and rejoining its pool.
+
+    def at(self, t_ms: float, callback: Callable[[], None]) -> None:
+        """Run ``callback()`` at ``t_ms``, in the injected-fact phase (in scheduling order)."""
+        key = self._timer_seq
+        self._timer_seq = key + 1
+        self._timers[key] = callback
+        self._events.push(t_ms, EventKind.INJECTED_FACT, (_TIMER_CODE, key))
+
+    def deliver(self, request_id: int, kind: type[Canceled] | type[Failed] | type[TimedOut]) -> tuple[bool, bool]:
+        """Deliver a terminal fact now: (the request was live, its terminal status was recorded here)."""
+        req = self._live.get(request_id)
+        if req is None:
+            return False, False
+        status = TerminalStatus.CANCELED if kind is Canceled else TerminalStatus.FAILED
+        recorded = self.collector.on_terminal(request_id, status, self.now_ms)
+        if recorded:
+            req.terminal_ms = self.now_ms
+        self._fact(req, kind(request_id))
+        return True, recorded
+
+    def remove_worker(self, stage: int, idx: int, replacement: EngineWorker) -> list[int]:
+        """Worker ``idx`` of ``stage`` leaves its pool at once (a crash): its running pass and KV
+        are lost (``replacement``, an empty worker, takes its slot), routing skips it, actions
+        deferred behind its pass run now against the empty worker.  Returns the live requests
+        that still depend on it (sources not yet released; any destination), in id order."""
+        active = self._active[stage]
+        if idx in active:
+            active.remove(idx)
+        self._events.retain(lambda kind, p: not (kind is EventKind.PASS_COMPLETION and p == (stage, idx)))
+        self._workers[stage][idx] = replacement
+        self._dirty[stage][idx] = False
+        self._wake_deferred(stage, idx)
+        out: list[int] = []
+        for rid in sorted(self._live):
+            r = self._live[rid]
+            if stage == _P and r.prefill_worker == idx and r.source_released_ms is None:
+                out.append(rid)
+            elif stage == _D and r.decode_worker == idx:
+                out.append(rid)
+        return out
+
+    def add_worker(self, stage: int, idx: int) -> None:
+        """Worker ``idx`` of ``stage`` (re)joins its pool; actions parked on an empty pool resume."""
+        active = self._active[stage]
+        if idx not in active:
+            active.append(idx)
+            active.sort()
+        self._dirty[stage][idx] = True
+        parked = self._waiting[stage]
+        if parked:
+            self._pending.extend(parked)
+            parked.clear()
+
+    def on_acquire(self, request_id: int, hook: Callable[[], bool]) -> None:
+        """Ask ``hook()`` before each SubmitPrefill / ReserveDestination of the request; True:
+        the command fails (acknowledged FAILED, not executed) and the hook is dropped."""
+        self._acquire_hooks[request_id] = hook
+
+    def _acquire_fails(self, req: _Req, issued: IssuedAction, stage: int) -> bool:
+        hook = self._acquire_hooks.get(req.rid)
+        if hook is None or not hook():
+            return False
+        del self._acquire_hooks[req.rid]
+        self._ack(req, issued, Outcome(_K_FAILED, f"injected failure of the {_ACQUIRE[stage][3]}"))
+        return True
+
+    def set_pool_gone(self, stage: int) -> None:
+        """The pool of ``stage`` is empty and stays so: parked and future acquires fail."""
+        self._pool_gone[stage] = True
+        parked = self._waiting[stage]
+        if parked:
+            self._pending.extend(parked)
+            parked.clear()
+
+    def workers(self, stage: int) -> tuple[EngineWorker, ...]:
+        return tuple(self._workers[stage])
+
+    def routers(self) -> tuple[Router, Router]:
+        return self._routers
+
+    def live_requests(self) -> list[int]:
+        return sorted(self._live)
+
+    def coordinator_of(self, request_id: int) -> HandoffCoordinator | None:
+        req = self._live.get(request_id)
+        return None if req is None else req.coord
+
+    @property
+    def routed_unreleased(self) -> int:
+        """Router holds not yet released (requests still live); 0 at the end of a complete run."""
+        return sum(bin(r.routed).count("1") for r in self._live.values())
+
+    def _release_routes(self, req: _Req) -> None:
+        if req.routed & 1:
+            self._routers[_P].on_request_done(req.rid)
+        if req.routed & 2:
+            self._routers[_D].on_request_done(req.rid)
+        req.routed = 0
 
     # ------------------------------------------------------------------ coordinator I/O
 
@@ -787,12 +911,18 @@ class DisaggRuntime:
         worker field they set; everything else (park while the pool is empty, round robin, mark
         the worker dirty, FAILED on a command error, acknowledge, forward lifecycle) is shared.
         """
+        if self._acquire_hooks and self._acquire_fails(req, issued, stage):
+            return True
         active = self._active[stage]
         if not active:
+            if self._pool_gone[stage]:  # crashed for good: the request cannot be served
+                self._ack(req, issued, Outcome(_K_FAILED, f"no {_STAGES[stage].name.lower()} worker left"))
+                return True
             return self._park(req, issued, _STAGES[stage])
         phase, expected, ok, what = _ACQUIRE[stage]
         req.phase = phase
         idx = self._routers[stage].pick(req.rid, active)
+        req.routed |= stage + 1
         self._dirty[stage][idx] = True
         worker = self._workers[stage][idx]
         try:
@@ -912,6 +1042,7 @@ class DisaggRuntime:
         completion = req.coord.completion
         if completion is _SUCCESS:
             self._routers[_P].on_request_done(req.rid)
+            req.routed &= 2
             self._retire(req)
         elif completion is _CANCELED:
             if self.collector.on_terminal(req.rid, TerminalStatus.CANCELED, self.now_ms):

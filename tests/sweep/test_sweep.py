@@ -126,6 +126,7 @@ def test_failing_configuration_is_recorded_and_the_sweep_goes_on(
         (["--ray-address", "auto"], "--ray-address needs --backend ray"),
         (["--per-request", "r.jsonl"], "per-replay output"),
         (["--isl-mean", "0"], "isl_mean"),
+        (["--fault-fail-rate", "0.1"], "--fault-fail-rate is not supported by dmocker sweep"),
     ],
 )
 def test_bad_input_exits_2_before_anything_runs(

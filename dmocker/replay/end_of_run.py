@@ -1,0 +1,132 @@
+"""The replay's optional machinery around one run: faults, a user's coordinator, the final checks.
+
+Why one object: :func:`dmocker.replay.run` needs four touch points (the coordinator factory,
+attaching the fault plan, running, and the end-of-run summary fields); keeping them here keeps
+the entry point a straight line and leaves the plain run (no faults, our coordinator) on exactly
+the code it ran before — the factory is then None and nothing is attached.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from dmocker.engines.interface import EngineArgs
+from dmocker.handoff import HandoffOrder
+
+from .collector import Collector
+from .events import DeadEndError
+from .faults import FaultKind, FaultPlan
+from .invariants import InvariantBreak, check_end_of_run, dead_end_breaks, failures_by_cause, leaked_blocks_at_dead_end
+from .report import JsonValue
+from .runtime import CoordinatorFactory, DisaggRuntime, RuntimeResult
+
+if TYPE_CHECKING:  # imported when used: a plain run loads neither (the checker pulls in networkx)
+    from .coordinators import ForeignFactory
+    from .fault_driver import FaultDriver
+
+__all__ = ["RunHooks", "prepare", "empty_faults_injected"]
+
+
+def empty_faults_injected() -> dict[str, JsonValue]:
+    out: dict[str, JsonValue] = {k.value: 0 for k in FaultKind}
+    out["worker_crash"] = 0
+    out["worker_restart"] = 0
+    return out
+
+
+class RunHooks:
+    """What one run adds around the runtime (see the module docstring)."""
+
+    def __init__(self, driver: FaultDriver | None, foreign: ForeignFactory | None) -> None:
+        self.driver = driver
+        self.foreign = foreign
+        self.dead_end: DeadEndError | None = None
+        self.breaks: tuple[InvariantBreak, ...] = ()
+
+    @property
+    def factory(self) -> CoordinatorFactory | None:
+        if self.driver is not None:
+            return self.driver.factory
+        return self.foreign
+
+    def attach(self, runtime: DisaggRuntime) -> None:
+        if self.foreign is not None:
+            self.foreign.clock = lambda: runtime.now_ms
+        if self.driver is not None:
+            self.driver.attach(runtime)
+
+    def run(self, runtime: DisaggRuntime) -> RuntimeResult:
+        """Run; with faults or a user's coordinator a dead end is an invariant break, not a crash."""
+        try:
+            return runtime.run()
+        except DeadEndError as exc:
+            if self.driver is None and self.foreign is None:
+                raise
+            self.dead_end = exc
+            return RuntimeResult(runtime.now_ms, False, 0)
+
+    def finish(
+        self,
+        runtime: DisaggRuntime,
+        collector: Collector,
+        summary: dict[str, JsonValue],
+        config: dict[str, JsonValue],
+        *,
+        order: HandoffOrder,
+        capped: bool,
+        events_path: str | os.PathLike[str] | None,
+    ) -> None:
+        """Check the end state and add the new summary fields (and the fault plan to the config)."""
+        finished = not capped and self.dead_end is None
+        # The event log is re-validated when faults or a user's coordinator can make it diverge;
+        # a plain run's log is the one the test suite validates (and re-reading it costs ~8%).
+        checked_log = events_path if (self.driver is not None or self.foreign is not None) else None
+        eor = check_end_of_run(runtime, collector, summary, order=order, finished=finished, events_path=checked_log)
+        breaks = list(eor.breaks)
+        leaked = eor.leaked_kv_blocks
+        if self.dead_end is not None:
+            breaks = dead_end_breaks(runtime, self.dead_end.stuck) + breaks
+            leaked = leaked_blocks_at_dead_end(runtime)
+        self.breaks = tuple(breaks)
+        d = self.driver
+        summary["leaked_kv_blocks"] = leaked
+        injected: dict[str, JsonValue] = empty_faults_injected()
+        if d is not None:
+            injected.update(d.injected)
+        summary["faults_injected"] = injected
+        summary["failures_by_cause"] = failures_by_cause(collector, d.causes if d is not None else {})
+        summary["invariants_ok"] = not breaks
+        listed: list[JsonValue] = [b.to_json() for b in breaks]
+        summary["invariant_breaks"] = listed
+        if d is not None:
+            config["faults"] = d.plan.to_json()
+
+
+def prepare(
+    faults: FaultPlan | None,
+    coordinator: str | Callable[..., object] | None,
+    *,
+    prefill_args: EngineArgs,
+    decode_args: EngineArgs,
+    prefill_workers: int,
+    decode_workers: int,
+    num_requests: int,
+) -> RunHooks:
+    """Validate the fault plan and the coordinator (ValueError: bad input) and build the hooks."""
+    if faults is not None and not isinstance(faults, FaultPlan):
+        raise ValueError(f"faults must be a FaultPlan, got {type(faults).__name__}")
+    if faults is not None:
+        faults.check_pools(prefill_workers, decode_workers, num_requests)
+    foreign = None
+    if coordinator is not None:
+        from .coordinators import resolve_coordinator
+
+        foreign = resolve_coordinator(coordinator)
+    driver = None
+    if faults is not None and not faults.is_empty:
+        from .fault_driver import FaultDriver
+
+        driver = FaultDriver(faults, prefill_args=prefill_args, decode_args=decode_args, inner_factory=foreign)
+    return RunHooks(driver, foreign)

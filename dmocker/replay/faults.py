@@ -1,0 +1,258 @@
+"""Seeded fault injection for the replay: what goes wrong, to whom, and when.
+
+Why a plan value and a separate driver: the plan (:class:`FaultPlan`) is plain, validated data
+that the CLI, the Python API and fuzz scenarios all build the same way; the driver
+(:class:`FaultDriver`) is the only thing the runtime talks to, and only when a plan is given,
+so a replay without faults runs exactly the code it ran before.
+
+Two kinds of faults:
+
+* per-request faults (client cancel, a handoff action failing, the transfer timing out) drawn
+  independently for each request with the given probabilities.  Each lands at a seeded random
+  *step* of the request's handoff: after the coordinator's k-th input (``start()``, each fact,
+  each acknowledgement), k uniform over a nominal life of :data:`NOMINAL_STEPS` inputs; a k past
+  the coordinator's completion lands right after it completes (the post-success window, while
+  the request still decodes).  Counting steps rather than milliseconds puts faults before,
+  during and after the handoff with the same odds whatever the engine's timing.  Explicit
+  schedules (:class:`ScheduledFault`, exact times; fuzz scenarios) are delivered as given.
+* worker crashes (:class:`WorkerCrash`): at ``t_ms`` the worker dies — its pass stops, its KV
+  is gone, every handoff involving it gets ``Failed``, routing skips it — and with
+  ``restart_s`` it comes back empty that many seconds later.
+
+Every draw comes from a generator seeded with ``(seed, request id)``, so a request's faults do
+not depend on the order requests are processed in, nor on ``PYTHONHASHSEED``.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .report import JsonValue
+
+__all__ = [
+    "FaultKind",
+    "FaultCause",
+    "FaultPlan",
+    "ScheduledFault",
+    "WorkerCrash",
+    "Pool",
+    "NOMINAL_STEPS",
+    "parse_worker_crash",
+    "draw_request_faults",
+]
+
+NOMINAL_STEPS = 10
+"""Coordinator inputs in a nominal handoff life (start, 4 acknowledgements and 2 facts per
+side, the transfer's acknowledgement and completion) plus one slot for "after success"."""
+
+
+class FaultKind(enum.Enum):
+    """A per-request fault: the terminal fact it delivers to the request's coordinator."""
+
+    CANCEL = "cancel"  # the client cancels: Canceled
+    FAIL = "fail"  # a handoff action fails: a FAILED acquire, or Failed from the engine
+    TIMEOUT = "timeout"  # the transfer times out: TimedOut
+
+
+class FaultCause(enum.Enum):
+    """Why a request failed or was canceled (the summary's ``failures_by_cause``)."""
+
+    CLIENT_CANCEL = "client_cancel"
+    ACTION_FAILED = "action_failed"
+    TRANSFER_TIMEOUT = "transfer_timeout"
+    WORKER_CRASH = "worker_crash"
+    ENGINE = "engine"  # a command error or an engine rejection, no fault injected
+
+
+CAUSE_OF_KIND: dict[FaultKind, FaultCause] = {
+    FaultKind.CANCEL: FaultCause.CLIENT_CANCEL,
+    FaultKind.FAIL: FaultCause.ACTION_FAILED,
+    FaultKind.TIMEOUT: FaultCause.TRANSFER_TIMEOUT,
+}
+
+
+class Pool(enum.Enum):
+    PREFILL = "prefill"
+    DECODE = "decode"
+
+    @property
+    def stage(self) -> int:
+        return 0 if self is Pool.PREFILL else 1
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledFault:
+    """A fault delivered to ``request_id`` at exactly ``t_ms`` (ignored if it is no longer live)."""
+
+    t_ms: float
+    request_id: int
+    kind: FaultKind
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerCrash:
+    """Worker ``index`` of ``pool`` dies at ``t_ms``."""
+
+    pool: Pool
+    index: int
+    t_ms: float
+
+    def label(self) -> str:
+        return f"{self.pool.value}:{self.index}@{_num(self.t_ms)}"
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
+def _rate(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must be a probability in [0, 1], got {value!r}")
+    return float(value)
+
+
+def _time(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite time >= 0, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """What to inject into a replay.  Validated on construction (``ValueError`` naming the field).
+
+    ``cancel_rate`` / ``fail_rate`` / ``timeout_rate``: per-request probabilities; ``seed``
+    seeds their draws; ``crashes`` and ``restart_s`` (None: crashed workers stay down);
+    ``schedule``: exact per-request faults (fuzz scenarios, tests).
+    """
+
+    cancel_rate: float = 0.0
+    fail_rate: float = 0.0
+    timeout_rate: float = 0.0
+    seed: int = 0
+    crashes: tuple[WorkerCrash, ...] = ()
+    restart_s: float | None = None
+    schedule: tuple[ScheduledFault, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        _rate("fault_cancel_rate", self.cancel_rate)
+        _rate("fault_fail_rate", self.fail_rate)
+        _rate("fault_timeout_rate", self.timeout_rate)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"fault_seed must be an integer >= 0, got {self.seed!r}")
+        if self.restart_s is not None:
+            _time("worker_restart_s", self.restart_s)
+        for c in self.crashes:
+            if not isinstance(c, WorkerCrash):
+                raise ValueError(f"worker_crash: expected a WorkerCrash, got {c!r}")
+            if isinstance(c.index, bool) or not isinstance(c.index, int) or c.index < 0:
+                raise ValueError(f"worker_crash {c!r}: index must be an integer >= 0")
+            _time(f"worker_crash {c.pool.value}:{c.index} time", c.t_ms)
+        for f in self.schedule:
+            if not isinstance(f, ScheduledFault):
+                raise ValueError(f"fault schedule: expected a ScheduledFault, got {f!r}")
+            _time(f"fault for request {f.request_id} time", f.t_ms)
+            if isinstance(f.request_id, bool) or not isinstance(f.request_id, int) or f.request_id < 0:
+                raise ValueError(f"fault schedule: request id must be an integer >= 0, got {f.request_id!r}")
+
+    @property
+    def rates(self) -> tuple[tuple[FaultKind, float], ...]:
+        return (
+            (FaultKind.CANCEL, self.cancel_rate),
+            (FaultKind.FAIL, self.fail_rate),
+            (FaultKind.TIMEOUT, self.timeout_rate),
+        )
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.cancel_rate or self.fail_rate or self.timeout_rate or self.crashes or self.schedule)
+
+    def check_pools(self, prefill_workers: int, decode_workers: int, num_requests: int | None = None) -> None:
+        """Crashes name existing workers; scheduled faults name existing requests."""
+        sizes = {Pool.PREFILL: prefill_workers, Pool.DECODE: decode_workers}
+        for c in self.crashes:
+            if c.index >= sizes[c.pool]:
+                raise ValueError(
+                    f"worker_crash {c.label()}: the {c.pool.value} pool has {sizes[c.pool]} worker(s) "
+                    f"(indexes 0..{sizes[c.pool] - 1})"
+                )
+        if num_requests is not None:
+            for f in self.schedule:
+                if f.request_id >= num_requests:
+                    raise ValueError(f"fault schedule: request {f.request_id} does not exist ({num_requests} requests)")
+
+    def to_json(self) -> dict[str, JsonValue]:
+        """The config block of the report (stable key order is the JSON writer's job)."""
+        return {
+            "cancel_rate": self.cancel_rate,
+            "fail_rate": self.fail_rate,
+            "timeout_rate": self.timeout_rate,
+            "seed": self.seed,
+            "worker_crashes": [c.label() for c in self.crashes],
+            "worker_restart_s": self.restart_s,
+            "scheduled": [[f.t_ms, f.request_id, f.kind.value] for f in self.schedule],
+        }
+
+
+def parse_worker_crash(text: str) -> WorkerCrash:
+    """``POOL:INDEX@T_MS`` (``decode:1@2500``) -> WorkerCrash; ValueError naming the part at fault."""
+    head, at, t = text.partition("@")
+    pool_s, colon, idx_s = head.partition(":")
+    if not at or not colon:
+        raise ValueError(f"--worker-crash {text!r}: expected POOL:INDEX@T_MS (e.g. decode:0@2500)")
+    try:
+        pool = Pool(pool_s.strip().lower())
+    except ValueError:
+        raise ValueError(f"--worker-crash {text!r}: unknown pool {pool_s!r} (prefill or decode)") from None
+    try:
+        index = int(idx_s)
+    except ValueError:
+        raise ValueError(f"--worker-crash {text!r}: index {idx_s!r} is not an integer") from None
+    try:
+        t_ms = float(t)
+    except ValueError:
+        raise ValueError(f"--worker-crash {text!r}: time {t!r} is not a number") from None
+    if index < 0:
+        raise ValueError(f"--worker-crash {text!r}: index must be >= 0")
+    if not math.isfinite(t_ms) or t_ms < 0:
+        raise ValueError(f"--worker-crash {text!r}: time must be a finite number >= 0")
+    return WorkerCrash(pool, index, t_ms)
+
+
+def draw_request_faults(plan: FaultPlan, request_id: int) -> list[tuple[int, FaultKind]]:
+    """The (step, kind) faults of one request, in kind order; empty for most requests.
+
+    A fresh generator per request, seeded with (seed, request id): the draws of one request
+    never depend on another's.  A step >= 0 delivers the kind's fact after that many
+    coordinator inputs.  A failure is, half the time, a FAILED outcome of the request's first
+    (step -1) or second (step -2) acquiring command (SubmitPrefill / ReserveDestination)
+    instead of a Failed fact; every draw is made whatever the rates, so changing one rate
+    does not move another kind's faults.
+    """
+    rng = random.Random(plan.seed * 0x9E3779B1 + request_id)
+    out: list[tuple[int, FaultKind]] = []
+    for kind, p in plan.rates:
+        u = rng.random()
+        step = rng.randrange(NOMINAL_STEPS)
+        if kind is FaultKind.FAIL:
+            as_outcome = rng.random() < 0.5
+            which = rng.randrange(2)
+            if as_outcome:
+                step = -1 - which
+        if u < p:
+            out.append((step, kind))
+    return out
+
+
+def crash_events(plan: FaultPlan) -> Sequence[tuple[float, bool, WorkerCrash]]:
+    """(time, is_restart, crash) for every crash and (if restarting) its restart, in plan order."""
+    out: list[tuple[float, bool, WorkerCrash]] = []
+    for c in plan.crashes:
+        out.append((c.t_ms, False, c))
+        if plan.restart_s is not None:
+            out.append((c.t_ms + plan.restart_s * 1000.0, True, c))
+    return out
