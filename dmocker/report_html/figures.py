@@ -14,7 +14,7 @@ import numpy as np
 from dmocker.plotting import new_figure, svg_text
 from dmocker.replay.timeseries import CDF_POINTS, Series, TimeSeries
 
-__all__ = ["cdf_svg", "throughput_svg", "series_svg", "failures_svg"]
+__all__ = ["cdf_svg", "throughput_svg", "series_svg", "failures_svg", "failure_totals_svg"]
 
 _LEGEND_MAX = 16  # more lines than this: no per-line legend, a min/mean/max band instead
 
@@ -123,3 +123,17 @@ def totals(s: Series) -> Sequence[tuple[str, float]]:
     """Per-label totals of a counter series (for the failures table)."""
     sums = s.values.sum(axis=0) if s.values.shape[0] else np.zeros(len(s.labels))
     return [(label, float(sums[i])) for i, label in enumerate(s.labels)]
+
+
+def failure_totals_svg(totals_by_cause: Sequence[tuple[str, float]]) -> str:
+    """Failed, canceled and rejected requests of the whole run, one bar per cause."""
+    fig, ax = new_figure(10.5, 0.6 + 0.45 * max(len(totals_by_cause), 1))
+    labels = [label for label, _ in totals_by_cause]
+    counts = [count for _, count in totals_by_cause]
+    ax.barh(range(len(labels)), counts, color="#d9480f")
+    ax.set_yticks(range(len(labels)), labels)
+    ax.invert_yaxis()
+    ax.set_xlabel("requests")
+    ax.set_title("Failures by cause (whole run)")
+    ax.grid(True, axis="x", alpha=0.3)
+    return svg_text(fig)

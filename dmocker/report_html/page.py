@@ -102,14 +102,23 @@ def render_html(report: Report) -> str:
     parts.append(_section("summary", "Summary", headline + full))
     parts.append(_section("latency", "Latency distributions", _figure(figures.cdf_svg(ts))))
     parts.append(_section("throughput", "Throughput and requests in flight", _figure(figures.throughput_svg(ts))))
-    parts.extend(_series_sections(ts))
+    parts.extend(_series_sections(ts, s))
     parts.append(_section("config", "Configuration", "<details><summary>what was run</summary>"
                           + _table(list(_flatten("", cfg))) + "</details>"))
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 
 
-def _series_sections(ts: TimeSeries) -> Iterator[str]:
+def _cause_totals(summary: dict[str, JsonValue]) -> list[tuple[str, float]]:
+    """The summary's ``failures_by_cause`` (written when faults exist), if any count is non-zero."""
+    causes = summary.get("failures_by_cause")
+    if not isinstance(causes, dict):
+        return []
+    totals = [(k, float(v)) for k, v in sorted(causes.items()) if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return totals if any(v > 0 for _, v in totals) else []
+
+
+def _series_sections(ts: TimeSeries, summary: dict[str, JsonValue]) -> Iterator[str]:
     series = ts.series
     q = series.get("queue_depth")
     if q is not None:
@@ -123,10 +132,17 @@ def _series_sections(ts: TimeSeries) -> Iterator[str]:
     if w is not None:
         title, ylabel = KNOWN_SERIES["workers"]
         yield _section("workers", title, _figure(figures.series_svg(ts, w, title=title, ylabel=ylabel)))
+    # Failures: over time when a "failures" counter was recorded, totals from the summary.
     f = series.get("failures")
-    if f is not None:
-        body = _figure(figures.failures_svg(ts, f)) + _table(
-            [(label, total) for label, total in figures.totals(f)])
+    totals = _cause_totals(summary)
+    if f is not None or totals:
+        body = ""
+        if f is not None:
+            body += _figure(figures.failures_svg(ts, f))
+        if totals:
+            body += _figure(figures.failure_totals_svg(totals))
+        elif f is not None:
+            body += _table([(label, total) for label, total in figures.totals(f)])
         yield _section("failures", KNOWN_SERIES["failures"][0], body)
     others = [name for name in series if name not in KNOWN_SERIES]
     if others:

@@ -119,3 +119,15 @@ def test_chromium_renders_the_figures(tmp_path: Path) -> None:
     assert ink > 0.03
     blue = ((figures[..., 2] > 0.8) & (figures[..., 0] < 0.3)).mean()  # the plotted lines
     assert blue > 0.0005
+
+
+def test_faults_add_a_failures_section() -> None:
+    from dmocker.replay.faults import FaultPlan
+
+    report = run(timeseries=True, faults=FaultPlan(cancel_rate=0.1, fail_rate=0.1, seed=4), **SMALL)
+    causes = report.summary["failures_by_cause"]
+    assert isinstance(causes, dict) and causes["client_cancel"] and causes["action_failed"]
+    page = render_html(report)
+    assert '<section id="failures">' in page and "<!-- Failures by cause (whole run) -->" in page
+    assert "<!-- client_cancel -->" in page and page.count("<svg") == STANDARD_FIGURES + 1
+    _no_fetches(page)
