@@ -80,8 +80,8 @@ def build_rows(results: Sequence[TaskResult], configs: Sequence[dict[str, Config
         merged = {**base, **cfg}
         gpus = int(merged.get("prefill_workers", 2)) + int(merged.get("decode_workers", 2))
         label = _label(base, cfg)
-        if r.summary is None or r.error is not None:
-            rows.append(Row(r.index, cfg, None, r.error, r.search, gpus, 0.0, 0.0, False, label))
+        if r.summary is None or r.error is not None:  # failed (a broken run keeps its summary)
+            rows.append(Row(r.index, cfg, r.summary, r.error, r.search, gpus, 0.0, 0.0, False, label))
             continue
         s = r.summary
         good = _num(s, "goodput_request_throughput_rps") if "goodput_request_throughput_rps" in s else _num(s, "request_throughput_rps")
@@ -251,9 +251,9 @@ def rows_from_document(doc: dict[str, JsonValue]) -> tuple[list[Row], float, dic
         error = run.get("error")
         gpus = run["gpus"]
         assert isinstance(gpus, int)
-        if not isinstance(summary, dict):
-            rows.append(Row(i, config, None, str(error), search if isinstance(search, dict) else None, gpus, 0.0, 0.0,
-                            False, _label(pd, config)))
+        if not isinstance(summary, dict) or error is not None:
+            rows.append(Row(i, config, summary if isinstance(summary, dict) else None, str(error),
+                            search if isinstance(search, dict) else None, gpus, 0.0, 0.0, False, _label(pd, config)))
             continue
         good, att, meets = run.get("goodput_rps"), run.get("sla_attainment"), run.get("meets_sla")
         rows.append(Row(i, config, summary, None, search if isinstance(search, dict) else None, gpus,

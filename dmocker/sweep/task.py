@@ -101,7 +101,10 @@ def execute(task: SweepTask, trace: str | None, replay: Replay | None = None) ->
     search = task.search
     try:
         if search is None:
-            return TaskResult(task.index, do(trace, kwargs))
+            summary = do(trace, kwargs)
+            if summary.get("invariants_ok") is False:  # `dmocker replay` exits 1 on this too
+                return TaskResult(task.index, summary, f"end-of-run invariants broken: {summary.get('invariant_breaks')}")
+            return TaskResult(task.index, summary)
         summary, info = _search(search, lambda x: do(trace, {**kwargs, search.variable: x}))
         return TaskResult(task.index, summary, None, info)
     except Exception as exc:  # noqa: BLE001 - recorded, the sweep goes on

@@ -170,3 +170,28 @@ def test_ray_missing_says_how_to_install(monkeypatch: pytest.MonkeyPatch, capsys
     code = dmocker_main(["sweep", *WORKLOAD, "--backend", "ray", "--quiet"])
     err = capsys.readouterr().err
     assert code == 2 and 'pip install "dmocker[ray]"' in err
+
+
+def test_broken_invariants_fail_the_configuration_but_keep_its_summary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import dmocker.sweep.task as task_mod
+
+    real = task_mod._replay
+
+    def broken(trace: str | None, kwargs: dict[str, Any]) -> Any:
+        summary = real(trace, kwargs)
+        if kwargs.get("prefill_workers") == 1:
+            summary = {**summary, "invariants_ok": False, "invariant_breaks": [{"name": "x"}]}
+        return summary
+
+    monkeypatch.setattr(task_mod, "_replay", broken)
+    out = tmp_path / "sweep.json"
+    assert dmocker_main(["sweep", *WORKLOAD, "--prefill-workers", "1,2", "--jobs", "1", "--out", str(out), "--quiet"]) == 1
+    doc = json.loads(out.read_text())
+    first, second = doc["runs"]
+    assert first["error"].startswith("end-of-run invariants broken") and first["summary"]["invariants_ok"] is False
+    assert "error" not in second and doc["failed"] == 1 and doc["ranking"] == [1]
+    capsys.readouterr()
+    assert dmocker_main(["sweep", "--from-json", str(out)]) == 1
+    assert "FAILED: end-of-run invariants broken" in capsys.readouterr().out
