@@ -13,7 +13,7 @@ from dmocker.handoff import SpecError
 DEFAULT_VERB = "replay"
 #: Verb modules, in help order. One that fails to import is a broken install or a bug: the
 #: command stops with an error naming it (a verb silently missing from ``--help`` hides both).
-VERBS = ("demo", "replay", "spec_cmd", "check", "conform", "diagram", "fuzz")
+VERBS = ("demo", "replay", "sweep", "spec_cmd", "check", "conform", "diagram", "fuzz")
 
 
 class VerbImportError(Exception):

@@ -120,6 +120,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     o.add_argument("--out", metavar="REPORT_JSON", help="write {summary, config} here")
     o.add_argument("--per-request", metavar="RECORDS_JSONL", help="write one record per request here")
     o.add_argument("--events", metavar="EVENTS_JSONL", help="write the handoff event log here")
+    o.add_argument("--html", metavar="REPORT_HTML", help="write a self-contained HTML report with plots here (needs dmocker[plot])")
     o.add_argument("--quiet", action="store_true", help="no progress bar, no summary table")
     parser.set_defaults(func=run)
 
@@ -222,10 +223,19 @@ def run(args: argparse.Namespace) -> int:
         from dmocker.cli.fuzz import replay_scenario
 
         return replay_scenario(args)
-    for flag, path in (("--out", args.out), ("--per-request", args.per_request), ("--events", args.events)):
+    for flag, path in (("--out", args.out), ("--per-request", args.per_request), ("--events", args.events),
+                       ("--html", args.html)):
         problem = _check_out_dir(flag, path)
         if problem:
             print(f"dmocker replay: error: {problem}", file=sys.stderr)
+            return 2
+    if args.html is not None:
+        from dmocker.plotting import PlotUnavailable, require
+
+        try:
+            require()
+        except PlotUnavailable as exc:
+            print(f"dmocker replay: error: --html: {exc}", file=sys.stderr)
             return 2
     progress = not args.quiet and sys.stderr.isatty()
     try:
@@ -275,6 +285,7 @@ def run(args: argparse.Namespace) -> int:
             coordinator=args.coordinator,
             router=router,
             router_config=router_config,
+            timeseries=args.html is not None,
         )
     except (DeadEndError, ReplayInvariantError, HandoffError, PlannerError) as exc:
         print(f"dmocker replay: failed: {exc}", file=sys.stderr)
@@ -284,6 +295,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.out is not None:
         report.write(args.out)
+    if args.html is not None:
+        from dmocker._atomic import write_atomic
+        from dmocker.report_html import render_html
+
+        write_atomic(args.html, render_html(report))
     if not args.quiet:
         sys.stdout.write(render_summary(report))
     return report_invariants("dmocker replay", report)

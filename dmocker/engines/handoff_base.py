@@ -119,6 +119,16 @@ class HandoffWorkerBase(Generic[R]):
     def is_drained(self) -> bool:
         return not self._busy and not self._live
 
+    def queue_depth(self) -> int:
+        """Requests queued here, not running: waiting for a pass, or accepted destinations not
+        yet reserved (a time-series probe; engines with more queues add them)."""
+        return len(self._waiting) + len(self._pending)
+
+    def kv_usage(self) -> float:
+        """Share of this worker's KV blocks in use (a time-series probe)."""
+        pool = self.pool
+        return pool.num_active_blocks / pool.total if pool.total else 0.0
+
     def kv_in_use(self) -> tuple[int, list[int]]:
         """(KV blocks in use, ids of the requests still registered here), for leak checks: a
         source still held or a destination still reserved shows up in both; (0, []) once drained."""

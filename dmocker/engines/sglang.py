@@ -205,6 +205,8 @@ class SglangWorker(HandoffWorkerBase[_SReq]):
     def num_waiting(self) -> int:
         """Queued prompts plus activated destinations waiting to join the batch."""
         return len(self._waiting) + len(self._prebuilt)
+    def queue_depth(self) -> int:
+        return len(self._waiting) + len(self._prebuilt) + len(self._pending)
 
     # --- commands: source side -----------------------------------------------------------------
 

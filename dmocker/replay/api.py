@@ -27,6 +27,7 @@ from .routing import Pool, RouterConfig, RouterContext, parse_router
 from .runtime import DisaggRuntime
 from . import end_of_run as _end
 from .faults import FaultPlan
+from .timeseries import TimeSeries, TimeSeriesRecorder, add_standard_gauges, finish as finish_timeseries
 from .workload import AdmissionQueue, MooncakeTrace, SyntheticSpec, SyntheticWorkload, Workload, WorkloadError
 
 __all__ = ["run", "DEFAULT_SYNTHETIC", "resolve_engine_args"]
@@ -153,6 +154,7 @@ def run(
     min_endpoint: int = 1,
     max_gpu_budget: int = 8,
     bulk: bool = True,
+    timeseries: bool = False,
     faults: FaultPlan | None = None,
     coordinator: str | Callable[..., object] | None = None,
     workload: Workload | None = None,
@@ -168,6 +170,7 @@ def run(
     and ``events`` are JSONL paths written atomically (nothing appears on error).
     ``bulk=False`` simulates every decode pass one by one instead of computing runs of
     determined passes at once (same outputs; the oracle the bulk path is tested against).
+    ``timeseries`` records the series of the HTML report (``Report.timeseries``; off: no cost).
     ``clamp_input_length`` reproduces the reference's silent clamp of ``input_length`` to
     ``len(hash_ids) * trace_block_size``; by default exceeding it is a ``WorkloadError``.
     ``faults`` injects a :class:`~dmocker.replay.faults.FaultPlan`; ``coordinator`` (``"module:Class"``
@@ -334,6 +337,8 @@ def run(
     records_w = AtomicFile(per_request) if per_request is not None else None
     events_w = AtomicFile(events) if events is not None else None
     bar = _progress_bar(workload.num_requests) if progress else None
+    recorder = TimeSeriesRecorder() if timeseries else None
+    series: TimeSeries | None = None
 
     def retired(rid: int) -> None:
         if bar is not None:
@@ -356,17 +361,24 @@ def run(
             on_retired=retired if (bar is not None or on_retired is not None) else None,
             planner=planner_loop,
             bulk=bulk,
+            sampler=recorder,
             coordinator_factory=hooks.factory,
             prefill_router=routers[0],
             decode_router=routers[1],
         )
         hooks.attach(runtime)
+        if recorder is not None:
+            add_standard_gauges(recorder, lambda: runtime.in_flight, p_workers, d_workers)
+            if planner_loop is not None:
+                recorder.add_gauge("workers", planner_loop.worker_counts)
         result = hooks.run(runtime)
         runtime.write_incomplete_records()
         summary = build_summary(collector, handoff_order=order.value, sla=sla)
         if router_spec.mode != "round_robin":
             summary["router_mode"] = router_spec.mode
             summary.update(runtime.routing_summary())
+        if recorder is not None:
+            series = finish_timeseries(recorder, collector, result.now_ms)
     except BaseException:
         for w in (records_w, events_w):
             if w is not None:
@@ -390,6 +402,7 @@ def run(
         events_path=os.fspath(events) if events is not None else None,
         wall_seconds=time.perf_counter() - started,
         planner=planner_loop.report() if planner_loop is not None else None,
+        timeseries=series,
     )
 
 

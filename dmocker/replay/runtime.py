@@ -69,6 +69,7 @@ from .routing import RoundRobin, Router, RouterError
 from .routing.protocol import Admission
 from .records import request_record
 from .request_state import Phase, Queued, RequestState, Stage
+from .timeseries import TimeSeriesRecorder
 from .workload import AdmissionQueue, ReadyTurn, Turn
 
 if TYPE_CHECKING:
@@ -139,10 +140,12 @@ class DisaggRuntime(ActionExecution):
         decode_router: Router | None = None,
         fallback_transfer_delay_ms: float = 0.0,
         planner: PlannerLoop | None = None,
+        sampler: TimeSeriesRecorder | None = None,
         coordinator_factory: CoordinatorFactory | None = None,
         bulk: bool = True,
     ) -> None:
         self.now_ms = 0.0
+        self._sampler = sampler  # time series for the HTML report; None unless asked
         self._make_coord: CoordinatorFactory = coordinator_factory or HandoffCoordinator
         self._timers: dict[int, Callable[[], None]] = {}
         self._pool_gone = [False, False]  # per stage: empty for good (no restart): acquires fail
@@ -227,6 +230,7 @@ class DisaggRuntime(ActionExecution):
         heap = self._events.raw
         next_ready = self._admission.next_ready_time
         cap = self._cap
+        sampler = self._sampler
         while not self._is_done():
             t = next_ready()
             if heap and (t is None or heap[0][0] < t):
@@ -238,6 +242,8 @@ class DisaggRuntime(ActionExecution):
                 break
             if t < self.now_ms:
                 raise ReplayInvariantError(f"clock would move backwards: {t} < {self.now_ms}")
+            if sampler is not None and t > sampler.next_ms:  # time series: once per bucket
+                sampler.sample_until(t)
             self.now_ms = t
             self._drain()
         if self._planner is None:
@@ -285,6 +291,11 @@ class DisaggRuntime(ActionExecution):
             return
         for rid in sorted(self._live):
             self._write_record(self._live[rid])
+
+    @property
+    def in_flight(self) -> int:
+        """Requests arrived and not yet terminal (time-series probe)."""
+        return self._in_flight
 
     @property
     def source_output_tokens(self) -> int:

@@ -341,6 +341,14 @@ class PlannerLoop:
     def _notify_router_removed(self, stage: Stage, idx: int) -> None:
         self._runtime().route_topology_changed(stage, idx, added=False)
 
+    def worker_counts(self) -> tuple[tuple[str, float], ...]:
+        """Workers per pool and state, as ``(label, count)`` pairs (the HTML report's worker series)."""
+        out: list[tuple[str, float]] = []
+        for name, pool in zip(("prefill", "decode"), self.pools):
+            out += [(f"{name} active", float(len(pool.active))), (f"{name} starting", float(len(pool.starting))),
+                    (f"{name} draining", float(len(pool.draining)))]
+        return tuple(out)
+
     # ------------------------------------------------------------------ report
 
     def report(self) -> dict[str, JsonValue]:
