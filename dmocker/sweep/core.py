@@ -17,17 +17,17 @@ from typing import Any
 
 from dmocker.replay.api import DEFAULT_SYNTHETIC, resolve_engine_args, run as replay_run
 from dmocker.replay.report import JsonValue
+from dmocker.replay.routing import parse_router
 from dmocker.replay.workload import MooncakeTrace, SyntheticSpec
 
 from .grid import ConfigValue, GridError, expand
 from .rank import Row, build_rows, sweep_document
 from .runners import Backend, run_tasks
-from .task import SearchSpec, SweepTask, TaskResult, replay_accepts
+from .task import SearchSpec, SweepTask, TaskResult
 
-__all__ = ["SweepPlan", "SweepOutcome", "plan_sweep", "run_sweep", "ROUND_ROBIN_NAMES"]
+__all__ = ["SweepPlan", "SweepOutcome", "plan_sweep", "run_sweep"]
 
 _DEFAULTS = {k: p.default for k, p in inspect.signature(replay_run).parameters.items()}
-ROUND_ROBIN_NAMES = ("round_robin", "round-robin", "roundrobin", "rr")
 _ENGINE_KEYS = ("block_size", "num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
                 "speedup_ratio", "decode_speedup_ratio", "kv_transfer_bandwidth", "kv_bytes_per_token",
                 "fixed_prefill_ms", "fixed_decode_ms")
@@ -78,7 +78,7 @@ def plan_sweep(
     search_steps: int = 8,
 ) -> SweepPlan:
     """Validate the whole sweep (``ValueError`` naming the flag or field) and expand it."""
-    unknown = sorted(k for k in base if (k not in _DEFAULTS and k != "router") or k == "trace")
+    unknown = sorted(k for k in base if k not in _DEFAULTS or k == "trace")
     if unknown:
         raise GridError(f"not a replay argument: {', '.join(unknown)}")
     clash = sorted(set(base) & set(axes))
@@ -97,10 +97,10 @@ def plan_sweep(
 
     routers = axes.get("router", (base["router"],) if "router" in base else ())
     for value in routers:
-        if not replay_accepts("router") and str(value) not in ROUND_ROBIN_NAMES:
-            raise GridError(f"--router: unknown router {value!r}: this replay has only round_robin")
-    if "router" in base and not replay_accepts("router"):
-        base = {k: v for k, v in base.items() if k != "router"}  # round robin is the replay's only one
+        try:
+            parse_router(str(value))
+        except ValueError as exc:
+            raise GridError(f"--router: {exc}") from None
 
     # Engine settings: every combination that reaches the engines must validate.
     engine_keys = [k for k in ("engine", *_ENGINE_KEYS) if k in axes]

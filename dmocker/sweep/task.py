@@ -8,7 +8,6 @@ A configuration that raises is a result with an ``error``, never an exception ou
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,15 +18,7 @@ from dmocker.replay.report import JsonValue
 
 from .grid import ConfigValue
 
-__all__ = ["SearchSpec", "SweepTask", "TaskResult", "execute", "attainment", "replay_accepts"]
-
-_RUN_PARAMS = frozenset(inspect.signature(replay_run).parameters)
-
-
-def replay_accepts(key: str) -> bool:
-    """Whether ``dmocker.replay.run`` takes keyword ``key`` (``router`` arrives with routers)."""
-    return key in _RUN_PARAMS
-
+__all__ = ["SearchSpec", "SweepTask", "TaskResult", "execute", "attainment"]
 
 @dataclass(frozen=True, slots=True)
 class SearchSpec:
@@ -76,10 +67,7 @@ def attainment(summary: dict[str, JsonValue]) -> float:
 
 def _kwargs(task: SweepTask) -> dict[str, Any]:
     kwargs = dict(task.base)
-    for key, value in task.config.items():
-        if key == "router" and not replay_accepts("router"):
-            continue  # validated up front: only the built-in round robin, which is the default
-        kwargs[key] = value
+    kwargs.update(task.config)
     return kwargs
 
 

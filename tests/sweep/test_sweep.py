@@ -195,3 +195,14 @@ def test_broken_invariants_fail_the_configuration_but_keep_its_summary(
     capsys.readouterr()
     assert dmocker_main(["sweep", "--from-json", str(out)]) == 1
     assert "FAILED: end-of-run invariants broken" in capsys.readouterr().out
+
+
+def test_router_axis_rows_equal_single_replays() -> None:
+    plan = plan_sweep(None, BASE, {"router": ("round-robin", "kv"), "prefill_workers": (2,)})
+    outcome = run_sweep(plan, jobs=2)
+    modes = []
+    for row in outcome.rows:
+        single = replay_run(**{**BASE, **row.config})
+        assert row.summary == single.summary
+        modes.append(row.summary.get("router_mode", "round_robin"))
+    assert modes == ["round_robin", "kv_router"]
