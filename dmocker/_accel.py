@@ -141,7 +141,7 @@ PLAN = _install()
 
 def accelerated() -> bool:
     """True when the replay hot path runs compiled (mypyc), False when it runs as pure Python."""
-    spec = importlib.util.find_spec("dmocker.replay.runtime")
+    spec = importlib.util.find_spec("dmocker.engines.vllm")
     return spec is not None and spec.origin is not None and not spec.origin.endswith(".py")
 
 

@@ -114,3 +114,11 @@ def test_edited_source_of_compiled_module_warns_and_loads_source(tmp_path: Path)
     assert "dmocker.engines.vllm" in run.stderr
     assert "pip install -e ." in run.stderr
     assert run.stderr.count("older than these sources") == 1
+
+
+def test_accelerated_tells_whether_the_engines_run_compiled() -> None:
+    # The flag must follow the compiled modules themselves (the engines), not a module that may
+    # have left the compiled set (the runtime did, and the flag then said "pure Python").
+    import dmocker.engines.vllm as vllm
+
+    assert accelerated() is (not str(vllm.__file__).endswith(".py"))
