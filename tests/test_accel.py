@@ -122,3 +122,13 @@ def test_accelerated_tells_whether_the_engines_run_compiled() -> None:
     import dmocker.engines.vllm as vllm
 
     assert accelerated() is (not str(vllm.__file__).endswith(".py"))
+
+
+@pytest.mark.skipif(
+    os.environ.get("CI") != "true" or shutil.which("cc") is None or _accel.PURE_ENV in os.environ,
+    reason="only CI, with a C compiler and without DMOCKER_PURE_PYTHON, must have the compiled build",
+)
+def test_ci_install_is_compiled() -> None:
+    # pip hides the build's output, so a mypyc failure (which falls back to pure Python) would
+    # otherwise go unnoticed: CI installs with a compiler and must get the compiled hot path.
+    assert accelerated(), "the install fell back to pure Python: run `pip install -v -e .` to see why"
