@@ -28,6 +28,28 @@ class FakeRun:
     summary: dict[str, Any]
 
 
+def fake_engine_args(
+    order: HandoffOrder, bandwidth: float | None = None, kv_bytes: int | None = None
+) -> tuple[EngineArgs, EngineArgs]:
+    """Prefill and decode args of the fake-worker runs: the order's engine, 64-token blocks."""
+    backend = Backend.VLLM if order is HandoffOrder.SOURCE_FIRST else Backend.SGLANG
+    pargs = EngineArgs(backend=backend, worker_type=WorkerType.PREFILL, block_size=64,
+                       kv_transfer_bandwidth=bandwidth, kv_bytes_per_token=kv_bytes)
+    return pargs, EngineArgs(backend=backend, worker_type=WorkerType.DECODE, block_size=64)
+
+
+def run_to_end(
+    rt: DisaggRuntime, collector: Collector, order: HandoffOrder, records: io.StringIO, events: io.StringIO
+) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Run ``rt`` to the end; its summary, per-request records and event-log lines (header skipped)."""
+    rt.run()
+    rt.write_incomplete_records()
+    summary = build_summary(collector, handoff_order=order.value, sla=SlaThresholds())
+    recs = [json.loads(line) for line in records.getvalue().splitlines()]
+    evs = [json.loads(line) for line in events.getvalue().splitlines()[1:]]
+    return summary, recs, evs
+
+
 def fake_run(
     workload: Workload | None = None,
     *,
@@ -48,10 +70,7 @@ def fake_run(
 ) -> FakeRun:
     if workload is None:
         workload = SyntheticWorkload(SyntheticSpec(requests=4, rate=100.0, isl_mean=600, osl_mean=3, spread=0.0))
-    backend = Backend.VLLM if order is HandoffOrder.SOURCE_FIRST else Backend.SGLANG
-    pargs = EngineArgs(backend=backend, worker_type=WorkerType.PREFILL, block_size=64,
-                       kv_transfer_bandwidth=bandwidth, kv_bytes_per_token=kv_bytes)
-    dargs = EngineArgs(backend=backend, worker_type=WorkerType.DECODE, block_size=64)
+    pargs, dargs = fake_engine_args(order, bandwidth, kv_bytes)
     prefill = [FakeWorker(pargs, i, prefill_ms=prefill_ms, reject_prompts_over=reject_over) for i in range(n_prefill)]
     decode = [
         FakeWorker(dargs, i, decode_ms=(decode_ms_per_worker[i] if decode_ms_per_worker else decode_ms), capacity=capacity)
@@ -78,9 +97,5 @@ def fake_run(
         w.clock = lambda: rt.now_ms
     for t, rid, cls in inject:
         rt.inject(t, rid, cls)
-    rt.run()
-    rt.write_incomplete_records()
-    summary = build_summary(collector, handoff_order=order.value, sla=SlaThresholds())
-    recs = [json.loads(line) for line in records.getvalue().splitlines()]
-    evs = [json.loads(line) for line in events.getvalue().splitlines()[1:]]
+    summary, recs, evs = run_to_end(rt, collector, order, records, events)
     return FakeRun(rt, prefill, decode, recs, evs, summary)

@@ -9,16 +9,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dmocker.engines.interface import Backend, EngineArgs, WorkerType
 from dmocker.handoff import HandoffOrder
 from dmocker.replay import PlannerMetrics, ScalingDecision
 from dmocker.replay.collector import Collector
 from dmocker.replay.planner import PlannerLoop
-from dmocker.replay.report import SlaThresholds, build_summary
 from dmocker.replay.runtime import DisaggRuntime
 from dmocker.replay.workload import AdmissionQueue, MooncakeTrace, SyntheticSpec, SyntheticWorkload, Workload
 
 from ..fake_engine import FakeWorker
+from ..helpers import fake_engine_args, run_to_end
 
 
 @dataclass
@@ -91,10 +90,7 @@ def planner_run(
     """Run ``planner`` on fake workers; ``expose`` receives the two live worker lists
     (new workers are appended as the planner adds them) before the run starts."""
     wl = wl if wl is not None else workload()
-    backend = Backend.VLLM if order is HandoffOrder.SOURCE_FIRST else Backend.SGLANG
-    pargs = EngineArgs(backend=backend, worker_type=WorkerType.PREFILL, block_size=64,
-                       kv_transfer_bandwidth=bandwidth, kv_bytes_per_token=kv_bytes)
-    dargs = EngineArgs(backend=backend, worker_type=WorkerType.DECODE, block_size=64)
+    pargs, dargs = fake_engine_args(order, bandwidth, kv_bytes)
     prefill = [FakeWorker(pargs, i, prefill_ms=prefill_ms) for i in range(n_prefill)]
     decode = [FakeWorker(dargs, i, decode_ms=decode_ms) for i in range(n_decode)]
     pools = (prefill, decode)
@@ -124,9 +120,5 @@ def planner_run(
         w.clock = lambda: rt.now_ms
     for t, rid, cls in inject:
         rt.inject(t, rid, cls)
-    rt.run()
-    rt.write_incomplete_records()
-    summary = build_summary(collector, handoff_order=order.value, sla=SlaThresholds())
-    recs = [json.loads(line) for line in records.getvalue().splitlines()]
-    evs = [json.loads(line) for line in events.getvalue().splitlines()[1:]]
+    summary, recs, evs = run_to_end(rt, collector, order, records, events)
     return PlannerRun(rt, loop, prefill, decode, recs, evs, summary, json.loads(json.dumps(loop.report())))
