@@ -24,7 +24,6 @@ work left and no future event the run stops with a :class:`DeadEndError` naming 
 from __future__ import annotations
 
 import heapq
-import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -491,7 +490,7 @@ class DisaggRuntime(ActionExecution):
                 w = workers[idx]
                 if w.busy:
                     continue  # its pass completion marks it dirty again
-                plan = w.start_pass(now, bulk, self._quiet_until() if bulk and stage == _D else math.inf)
+                plan = w.start_pass(now, bulk)
                 if plan is None:
                     continue
                 progress = changed = True
@@ -511,19 +510,6 @@ class DisaggRuntime(ActionExecution):
                     self._events.push(plan.end_ms, EventKind.PASS_COMPLETION, (int(stage), idx),
                                       now if last is None else last)
         return changed
-
-    def _quiet_until(self) -> float:
-        """A hint for bulk runs: the earliest time something may reach a decode worker from
-        outside (the next arrival, transfer completion, injected fact or prefill pass
-        completion; decode pass completions only finish their own requests).  A run that
-        would be cut before a few passes is not worth computing; a hint only: whatever does
-        reach a worker cuts its run exactly (:meth:`_settle`)."""
-        t = self._admission.next_ready_time()
-        best = math.inf if t is None else t
-        for e in self._events.raw:
-            if e[0] < best and (e[1] != _PASS or e[3][0] != _D):
-                best = e[0]
-        return best
 
     def _settle(self, stage: int, idx: int) -> None:
         """Before anything touches worker ``idx`` of ``stage``: cut its bulk decode run (if
