@@ -175,7 +175,7 @@ class ClusterControl(RuntimeBase):
             active.remove(idx)
         if self._serving is not self._active:  # a planner keeps the two apart
             _toggle(self._serving[stage], idx, False)
-        self._events.retain(lambda kind, p: not (kind is EventKind.PASS_COMPLETION and p == (stage, idx)))
+        self._events.remove(EventKind.PASS_COMPLETION, (stage, idx))
         self._workers[stage][idx] = replacement
         self._dirty[stage][idx] = False
         self._wake_deferred(stage, idx)

@@ -468,7 +468,7 @@ class DisaggRuntime(ActionExecution, CoordinatorIO, RoutingHooks, ClusterControl
             return
         end, last_start = cut
         key = (stage, idx)
-        self._events.retain(lambda kind, p: not (kind is EventKind.PASS_COMPLETION and p == key))
+        self._events.remove(EventKind.PASS_COMPLETION, key)
         if end <= self.now_ms:
             # pass by pass it would have completed at the start of this time step (its
             # effects are tokens only: nothing finishes inside a run)
