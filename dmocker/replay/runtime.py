@@ -152,10 +152,9 @@ class DisaggRuntime(ActionExecution):
         self._acquire_hooks: dict[int, Callable[[], bool]] = {}  # request -> "fail this acquire?"
         self._timer_seq = 0
         # Bulk decode runs (workers compute the passes until their batch changes at once;
-        # see _settle).  Off with a time cap: a run would cross it.
-        # A planner tick reads every worker's latest pass and state, which a bulk run computed
-        # ahead would misreport: with a planner, decode passes run one by one.
-        self._bulk = bulk and max_sim_time_ms is None and planner is None
+        # see _settle).  Off with a time cap: a run would cross it.  A planner settles the
+        # workers it reads first (settle_worker), so its ticks see the per-pass state.
+        self._bulk = bulk and max_sim_time_ms is None
         self._pools_started = False  # this time step is past its first pool phase
         self._admission = admission
         self._workers: tuple[list[EngineWorker], list[EngineWorker]] = (prefill_workers, decode_workers)
@@ -757,8 +756,28 @@ class DisaggRuntime(ActionExecution):
     def worker(self, stage: Stage, idx: int) -> EngineWorker:
         return self._workers[stage][idx]
 
+    def settle_worker(self, stage: Stage, idx: int) -> tuple[float, float] | None:
+        """Before the planner reads a worker: cut its bulk run where the per-pass replay is now
+        (:meth:`_settle`); returns the pass in flight as ``(start, end)`` (of a bulk run: its
+        last pass, which the per-pass replay would have started by now), or None when idle.
+
+        The start is the completion event's order key, which is the pass's start in both modes
+        (see ``EventQueue.push``); a scan of the event heap, fine at the planner's tick rate.
+        """
+        self._settle(stage, idx)
+        if not self._workers[stage][idx].busy:
+            return None
+        key = (int(stage), idx)
+        for e in self._events.raw:
+            if e[1] == _PASS and e[3] == key:
+                return e[2][0], e[0]
+        return None
+
     def worker_removable(self, stage: Stage, idx: int) -> bool:
-        """No pass in flight, nothing queued/running/held/reserved, no deferred command."""
+        """No pass in flight, nothing queued/running/held/reserved, no deferred command.
+
+        No settle needed: a worker in a bulk run is busy and runs requests, so it is not
+        removable pass by pass either (a run ends before any of its requests finishes)."""
         w = self._workers[stage][idx]
         return not w.busy and w.is_drained() and not self._deferred[stage].get(idx)
 
