@@ -85,7 +85,6 @@ __all__ = [
     "EngineWorker",
     "IdArray",
     "make_worker",
-    "MIN_RUN_PASSES",
 ]
 
 IdArray: TypeAlias = npt.NDArray[np.int64]
@@ -467,14 +466,14 @@ class EngineWorker(Protocol):
         ...
 
     # --- passes ---
-    def start_pass(self, now_ms: float, bulk: bool = False, quiet_until: float = math.inf) -> PassPlan | None:
+    def start_pass(self, now_ms: float, bulk: bool = False) -> PassPlan | None:
         """Compute the next pass eagerly, or None when nothing can progress now.
 
         ``bulk``: the worker may compute a whole *run* of decode passes at once when every
         pass until the batch next changes is determined (see ``PassCompletion.run_times``);
         the caller must then call :meth:`split_run` before anything else touches the worker.
-        ``quiet_until`` (a hint): nothing is expected to reach the worker before then; a run
-        that would not get :data:`MIN_RUN_PASSES` passes done by then is not started.
+        A run goes on until the batch itself changes (the pass before the next completion, or
+        as far as the pool surely covers): what reaches the worker from outside cuts it then.
         """
         ...
 
@@ -492,11 +491,6 @@ class EngineWorker(Protocol):
     def finish_pass(self) -> PassCompletion:
         """Apply the end of the running pass (must be busy) and return its deferred effects."""
         ...
-
-
-MIN_RUN_PASSES = 8
-"""Fewest passes expected before ``quiet_until`` for a bulk run to be worth computing (a run
-costs a few dozen numpy calls; a short one is cheaper pass by pass)."""
 
 
 def make_worker(args: EngineArgs, worker_idx: int = 0, *, record_kv_events: bool = False) -> EngineWorker:

@@ -43,7 +43,6 @@ before parents, which is the radix tree's leaf-first eviction.
 from __future__ import annotations
 
 import enum
-import math
 from collections import deque
 from itertools import compress
 from typing import Hashable
@@ -56,7 +55,6 @@ from dmocker.engines.block_pool import BlockPool, generated_block_ids
 from dmocker.engines.common import ceil_div, cut_point
 from dmocker.engines.handoff_base import NOOP, HandoffWorkerBase
 from dmocker.engines.interface import (
-    MIN_RUN_PASSES,
     Admission,
     CommandEffects,
     CommandResult,
@@ -225,14 +223,14 @@ class SglangWorker(HandoffWorkerBase[_SReq]):
 
     # --- passes --------------------------------------------------------------------------------
 
-    def start_pass(self, now_ms: float, bulk: bool = False, quiet_until: float = math.inf) -> PassPlan | None:
+    def start_pass(self, now_ms: float, bulk: bool = False) -> PassPlan | None:
         if self._busy:
             raise RuntimeError(f"worker {self.worker_idx} is already mid-pass")
         if not self.has_work():
             return None
         if (bulk and self._running and not self._prebuilt and not self._waiting and not self._pending
                 and not self._record and not self._lifecycle and self._allow_vec):
-            plan = self._start_run(now_ms, quiet_until)
+            plan = self._start_run(now_ms)
             if plan is not None:
                 return plan
         args = self.args
@@ -326,7 +324,7 @@ class SglangWorker(HandoffWorkerBase[_SReq]):
 
     # --- bulk decode runs ---------------------------------------------------------------------
 
-    def _start_run(self, now_ms: float, quiet_until: float) -> PassPlan | None:
+    def _start_run(self, now_ms: float) -> PassPlan | None:
         """Every running request decodes, nothing is queued: until the first request finishes,
         each pass is the vectorised decode step with a known batch, so the passes before that
         one are computed at once (None: fewer than two such passes, or the pool might not
@@ -338,9 +336,6 @@ class SglangWorker(HandoffWorkerBase[_SReq]):
         if n_pass < 2:
             return None
         n = len(self._running)
-        first = self._timing.decode_ms(n, min(int(seq.sum()), self._total_tokens))
-        if now_ms + MIN_RUN_PASSES * first > quiet_until:
-            return None  # likely cut within a few passes: pass by pass is cheaper
         page = self._page
         npg_end = np.maximum(npg, -(-(seq + n_pass) // page))
         need = int((npg_end - npg).sum())

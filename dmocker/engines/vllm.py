@@ -42,7 +42,6 @@ paths implement the same rules, and a test replays random workloads through both
 from __future__ import annotations
 
 import enum
-import math
 from collections import deque
 from typing import Hashable
 
@@ -54,7 +53,6 @@ from dmocker.engines.block_pool import BlockPool, generated_block_ids
 from dmocker.engines.common import ceil_div, cut_point
 from dmocker.engines.handoff_base import NOOP, HandoffWorkerBase
 from dmocker.engines.interface import (
-    MIN_RUN_PASSES,
     Admission,
     DecodeKvAccounting,
     CommandEffects,
@@ -225,7 +223,7 @@ class VllmWorker(HandoffWorkerBase[_Req]):
 
     # --- passes --------------------------------------------------------------------------------
 
-    def start_pass(self, now_ms: float, bulk: bool = False, quiet_until: float = math.inf) -> PassPlan | None:
+    def start_pass(self, now_ms: float, bulk: bool = False) -> PassPlan | None:
         if self._busy:
             raise RuntimeError(f"worker {self.worker_idx} is already mid-pass")
         if not self._run and not self._waiting:
@@ -233,7 +231,7 @@ class VllmWorker(HandoffWorkerBase[_Req]):
         k = self._K + 1
         if (bulk and self._lock and not self._waiting and not self._pending and not self._record
                 and self._logical_kv and not self._is_prefill and not self._lifecycle):
-            plan = self._start_run(now_ms, quiet_until)
+            plan = self._start_run(now_ms)
             if plan is not None:
                 return plan
         if self._lock:
@@ -244,7 +242,7 @@ class VllmWorker(HandoffWorkerBase[_Req]):
             self._materialize_at_rest()
         return self._exact_pass(now_ms, k)
 
-    def _start_run(self, now_ms: float, quiet_until: float) -> PassPlan | None:
+    def _start_run(self, now_ms: float) -> PassPlan | None:
         """Lockstep with nothing queued: every pass until the next completion is determined
         (the batch, each pass's block demand, its decode time), so those passes are computed at
         once, as far as the pool surely covers their blocks (None: fewer than two)."""
@@ -255,8 +253,6 @@ class VllmWorker(HandoffWorkerBase[_Req]):
         n_pass = min(self._finish_at) - 1 - K
         if n_pass < 2:
             return None
-        if now_ms + MIN_RUN_PASSES * self._timing.decode_ms(n, self._sum_po + n * K) > quiet_until:
-            return None  # likely cut within a few passes: pass by pass is cheaper
         bs = self._bs
         ks = np.arange(K + 1, K + 1 + n_pass, dtype=np.int64)
         need = np.cumsum(np.array(self._bcount, dtype=np.int64)[ks % bs])

@@ -147,7 +147,7 @@ class FakeWorker:
     def split_run(self, now_ms: float, started: bool) -> tuple[float, float] | None:
         return None  # never computes bulk runs
 
-    def start_pass(self, now_ms: float, bulk: bool = False, quiet_until: float = float("inf")) -> PassPlan | None:
+    def start_pass(self, now_ms: float, bulk: bool = False) -> PassPlan | None:
         assert not self._busy
         self._now = now_ms
         if self.args.worker_type.value == "prefill":
