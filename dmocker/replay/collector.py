@@ -3,8 +3,8 @@
 Why arrays: the reference keeps a hash-map entry (and, while recording, a Vec of token
 times) per request -- about 10 KB each.  Here every request owns one slot (its ``request_id``)
 in a handful of typed arrays, 45 bytes in all, and each decode pass updates its emitted
-requests with one fancy-indexing operation; nothing is allocated per token or per finished
-request.  Inter-token gaps go into :class:`LogSketch` (DDSketch-style buckets, 0.1 % relative
+requests in place (scalar operations for a small batch, fancy indexing for a large one); nothing
+is allocated per token or per finished request.  Inter-token gaps go into :class:`LogSketch` (DDSketch-style buckets, 0.1 % relative
 error, as the reference) together with exact count, sum, min and max.
 
 Bulk decode runs: a completion may cover a run of passes of one batch
@@ -17,6 +17,7 @@ workers' runs arrive changes a digit.
 
 from __future__ import annotations
 
+import array
 import enum
 import math
 from dataclasses import dataclass
@@ -29,6 +30,8 @@ from .exact_sum import ExactSum
 __all__ = ["TerminalStatus", "LogSketch", "Collector", "DistributionStats", "nearest_rank"]
 
 F64 = npt.NDArray[np.float64]
+
+_SMALL_BATCH = 16  # up to this many ids a pass takes the scalar path (see Collector.on_tokens)
 
 
 class TerminalStatus(enum.IntEnum):
@@ -376,6 +379,8 @@ class Collector:
         "second_token",
         "_last",
         "_tokens",
+        "_last_a",
+        "_tokens_a",
         "status",
         "input_length",
         "reused",
@@ -394,8 +399,14 @@ class Collector:
         self.arrival = np.full(n, np.nan, dtype=np.float64)
         self.first_token = np.full(n, np.nan, dtype=np.float64)
         self.second_token = np.full(n, np.nan, dtype=np.float64)
-        self._last = np.full(n, np.nan, dtype=np.float64)
-        self._tokens = np.zeros(n, dtype=np.int32)
+        # Token counts and last token times live in stdlib arrays (the passes of a small
+        # batch update them with scalar Python operations, several times cheaper than numpy
+        # fancy indexing on a handful of ids); ``_tokens`` / ``_last`` are numpy views of the
+        # same memory for large batches and readers.
+        self._last_a = array.array("d", [math.nan]) * n
+        self._tokens_a = array.array("i", bytes(4 * n))
+        self._last: F64 = np.frombuffer(self._last_a, dtype=np.float64)
+        self._tokens: npt.NDArray[np.int32] = np.frombuffer(self._tokens_a, dtype=np.int32)
         self.status = np.zeros(n, dtype=np.int8)
         self.input_length = np.zeros(n, dtype=np.int32)
         self.reused = np.zeros(n, dtype=np.int32)
@@ -439,10 +450,10 @@ class Collector:
     def output_of(self, request_id: int) -> tuple[int, float, float, float]:
         """(tokens, first, second, last token time) of one request (per-request records)."""
         return (
-            self._tokens.item(request_id),
+            self._tokens_a[request_id],
             self.first_token.item(request_id),
             self.second_token.item(request_id),
-            self._last.item(request_id),
+            self._last_a[request_id],
         )
 
     def on_decode_admit(self, request_id: int, source: int = -1) -> None:
@@ -458,7 +469,7 @@ class Collector:
         by = self._young.get(source)
         if by is None:
             by = self._young[source] = {}
-        by[request_id] = self._tokens.item(request_id)
+        by[request_id] = self._tokens_a[request_id]
 
     def on_tokens(
         self,
@@ -476,8 +487,9 @@ class Collector:
         times) weighted by the batch size; a request young before the run gets its first /
         second token time at the run's first / second pass.
 
-        Bulk work is a few array operations; first and second token times are handled only
-        for ``source``'s young requests with scalar updates.
+        A batch of up to ``_SMALL_BATCH`` ids is updated with scalar operations on the stdlib
+        arrays, a larger one with a few numpy operations on their views; first and second
+        token times are handled only for ``source``'s young requests, with scalar updates.
 
         ``source`` (a decode worker's index, >= 0) enables a shortcut: engines hand out the
         very same (never mutated) ids array while a batch keeps its members, so when ``ids``
@@ -485,44 +497,61 @@ class Collector:
         and the gap is known without reading ``last_token``.  The result is the same (one
         weighted gap).
         """
-        n = ids.shape[0]
+        n = int(ids.shape[0])
         if n == 0:
             return
         if run_times is None:
             first = end = t_ms
             more = 0
         else:
-            first = float(run_times[0])
-            end = float(run_times[-1])
+            first = run_times.item(0)
+            end = run_times.item(-1)
             more = int(run_times.shape[0]) - 1
-        tokens = self._tokens
-        last = self._last
         gaps = self.gaps
         seen = None
         if source >= 0:
             prev_of = self._prev
             seen = prev_of.get(source)
             prev_of[source] = (ids, end)
-        if seen is not None and seen[0] is ids:
-            gaps.add_same(first - seen[1], int(n))
-        else:
-            prev = last[ids]  # NaN for a request's first token
-            lo = _fmin(prev)
-            if lo == _fmax(prev):
-                # Every continuing request last emitted at the same time (lockstep decoding):
-                # one weighted sample instead of one per request.
-                cont = int(np.count_nonzero(prev == prev))
+        if n <= _SMALL_BATCH:
+            # scalar updates on the stdlib arrays (same arithmetic as the numpy path below)
+            rids = ids.tolist()
+            last_a = self._last_a
+            if seen is not None and seen[0] is ids:
+                gaps.add_same(first - seen[1], n)
+            else:
+                cont = [p for p in [last_a[r] for r in rids] if p == p]  # not NaN: a gap
                 if cont:
-                    gaps.add_same(first - float(lo), cont)
-            elif lo == lo:
-                gaps.add_many(first - prev)  # NaNs are dropped at fold time
-        last[ids] = end
-        if more:
-            tokens[ids] += more + 1
-            assert run_times is not None
-            gaps.add_same_many(run_times[1:] - run_times[:-1], int(n))
+                    lo = min(cont)
+                    if lo == max(cont):
+                        gaps.add_same(first - lo, len(cont))
+                    else:
+                        gaps.add_many(first - np.array(cont))
+            tokens_a = self._tokens_a
+            k = more + 1
+            for r in rids:
+                last_a[r] = end
+                tokens_a[r] += k
         else:
-            tokens[ids] += 1
+            last = self._last
+            if seen is not None and seen[0] is ids:
+                gaps.add_same(first - seen[1], n)
+            else:
+                prev = last[ids]  # NaN for a request's first token
+                lo_ = _fmin(prev)
+                if lo_ == _fmax(prev):
+                    # Every continuing request last emitted at the same time (lockstep
+                    # decoding): one weighted sample instead of one per request.
+                    c = int(np.count_nonzero(prev == prev))
+                    if c:
+                        gaps.add_same(first - float(lo_), c)
+                elif lo_ == lo_:
+                    gaps.add_many(first - prev)  # NaNs are dropped at fold time
+            last[ids] = end
+            self._tokens[ids] += more + 1
+        if more:
+            assert run_times is not None
+            gaps.add_same_many(run_times[1:] - run_times[:-1], n)
         young = self._young.get(source)
         if young:
             self._young_tokens(young, first, more, run_times)
@@ -531,7 +560,7 @@ class Collector:
         """First and second token times of one source's watched requests (after its pass or run
         incremented their counts; a count that moved is that of an emitted request)."""
         done: list[int] = []
-        item = self._tokens.item
+        item = self._tokens_a.__getitem__
         for rid, seen in young.items():
             now = item(rid)
             if now == seen:
