@@ -39,7 +39,7 @@ class Every5s:
 
 def child(args: argparse.Namespace) -> None:
     sys.path.insert(0, ROOT)
-    from dmocker.replay import accelerated, run
+    from dmocker.replay import run
 
     planner: object | None = {"none": None, "noop5s": Every5s(), "load": "load"}[args.variant]
     kw: dict[str, object] = {"engine": args.engine}
@@ -54,7 +54,7 @@ def child(args: argparse.Namespace) -> None:
     cpu = (t1.user - t0.user) + (t1.system - t0.system)
     ticks = rep.planner["ticks"] if rep.planner is not None else 0
     print(json.dumps({"cpu_s": cpu, "ticks": ticks, "completed": rep.summary["completed_requests"],
-                      "accelerated": accelerated(), "p99_ttft_ms": rep.summary["p99_ttft_ms"]}))
+                      "p99_ttft_ms": rep.summary["p99_ttft_ms"]}))
 
 
 def main() -> None:
@@ -79,7 +79,7 @@ def main() -> None:
                 results[variant] = out
     base = float(results["none"]["cpu_s"])  # type: ignore[arg-type]
     workload = f"synthetic {args.synthetic}" if args.synthetic else os.path.basename(args.trace)
-    print(f"workload: {workload}, engine {args.engine}, compiled: {results['none']['accelerated']}, "
+    print(f"workload: {workload}, engine {args.engine}, "
           f"best of {args.repeat}")
     print(f"{'variant':<28}{'cpu s':>9}{'ratio':>8}{'ticks':>8}{'completed':>11}")
     for variant, label in (("none", "no planner"), ("noop5s", "planner, tick every 5 s"),

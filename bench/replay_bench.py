@@ -4,7 +4,9 @@ Side by side (the table to quote), five workloads, each run as two whole process
 (the reference without per-request capture, then dmocker without records), CPU seconds
 (user + sys, fair on a shared machine) and their ratio reference / dmocker, ``--reps`` times:
 
-    python bench/replay_bench.py --reference REF_PYTHON --trace MOONCAKE.jsonl [--reps 2] [--only 4,5]
+    python bench/replay_bench.py --reference REF_PYTHON --trace MOONCAKE.jsonl [--reps 2] [--only 4,5] [--router kv]
+
+(``--router kv``: both route KV-aware, the reference in its ``kv_router`` mode.)
 
 ``REF_PYTHON`` is the python of a venv where ``ai-dynamo==1.6.1`` is installed (only there:
 ``python3 -m venv REFVENV && REFVENV/bin/pip install ai-dynamo==1.6.1 ai-dynamo-runtime==1.6.1``);
@@ -206,7 +208,7 @@ def child_workload(spec: dict[str, object]) -> None:
         from dmocker.replay import run
 
         kw: dict[str, object] = {"engine": engine, "block_size": bs, "kv_transfer_bandwidth": bw,
-                                 "kv_bytes_per_token": bpt}
+                                 "kv_bytes_per_token": bpt, "router": spec.get("router", "round-robin")}
         report = run(str(spec["trace"]), prefill_workers=int(spec["prefill"]),  # type: ignore[call-overload]
                      decode_workers=int(spec["decode"]), per_request=spec.get("records"),  # type: ignore[call-overload,arg-type]
                      **kw)  # type: ignore[arg-type]
@@ -227,7 +229,7 @@ def child_workload(spec: dict[str, object]) -> None:
             decode_engine_args={"engine": {**eng, "worker_type": "decode"}},
             num_prefill_workers=int(spec["prefill"]),  # type: ignore[call-overload]
             num_decode_workers=int(spec["decode"]),  # type: ignore[call-overload]
-            router_mode="round_robin",
+            router_mode="kv_router" if spec.get("router") == "kv" else "round_robin",
             capture_per_request=False,
         )
         summary = report if isinstance(report, dict) else getattr(report, "summary", report)
@@ -241,9 +243,9 @@ def child_workload(spec: dict[str, object]) -> None:
 
 
 def _run_workload(python: str, role: str, w: dict[str, object], trace: str,
-                  records: str | None = None) -> dict[str, object]:
+                  records: str | None = None, router: str = "round-robin") -> dict[str, object]:
     """Run one workload in a fresh process; adds its whole-process CPU seconds (user + sys)."""
-    spec = {**w, "role": role, "trace": trace, "records": records}
+    spec = {**w, "role": role, "trace": trace, "records": records, "router": router}
     env = {**os.environ, "DYN_LOG": "error"}
     if role == "dmocker":
         env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
@@ -269,11 +271,12 @@ def side_by_side(args: argparse.Namespace) -> None:
         rows: list[tuple[str, int, dict[str, object], dict[str, object]]] = []
         for rep in range(1, args.reps + 1):
             for w, trace in jobs:
-                ref = _run_workload(args.reference, "reference", w, trace)
-                ours = _run_workload(sys.executable, "dmocker", w, trace)
+                ref = _run_workload(args.reference, "reference", w, trace, router=args.router)
+                ours = _run_workload(sys.executable, "dmocker", w, trace, router=args.router)
                 rows.append((str(w["name"]), rep, ref, ours))
                 print(f"  rep {rep}: {w['name']}: reference {float(ref['process_cpu_s']):.2f} cpu-s, "  # type: ignore[arg-type]
                       f"dmocker {float(ours['process_cpu_s']):.2f} cpu-s", file=sys.stderr, flush=True)  # type: ignore[arg-type]
+    print(f"router: {args.router} (reference: {'kv_router' if args.router == 'kv' else 'round_robin'})")
     print("CPU seconds (user + sys) of whole processes, reference (Dynamo mocker, no per-request capture)")
     print("then dmocker (no records), back to back; ratio = reference / dmocker (> 1: dmocker faster)")
     print(f"| workload | rep | reference cpu s | dmocker cpu s | ratio | reference wall s | dmocker wall s "
@@ -296,7 +299,7 @@ def outputs(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for i, (w, trace) in enumerate(_workload_traces(args, tmp), 1):
             records = os.path.join(args.outputs, f"w{i}_records.jsonl")
-            res = _run_workload(sys.executable, "dmocker", w, trace, records)
+            res = _run_workload(sys.executable, "dmocker", w, trace, records, router=args.router)
             summary_path = os.path.join(args.outputs, f"w{i}_summary.json")
             with open(summary_path, "w") as fh:
                 fh.write(json.dumps(res["summary"], sort_keys=True, indent=1) + "\n")

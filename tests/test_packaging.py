@@ -24,7 +24,7 @@ SPEC_FILES = ("handoff.json", "event-log.schema.json")
 
 
 def _pip(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, DMOCKER_PURE_PYTHON="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
+    env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1")
     env.pop("DMOCKER_SPEC", None)
     return subprocess.run([sys.executable, "-m", "pip", *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=600)
@@ -59,7 +59,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # a copy: building in place would leave build/ and *.egg-info in the checkout
     shutil.copytree(ROOT, src, symlinks=True, ignore=shutil.ignore_patterns(
         ".venv*", ".git", "build", "dist", "*.egg-info", "__pycache__", ".mypy_cache", ".pytest_cache",
-        ".hypothesis", "*.so", "_accel_manifest.json", "dmocker-counterexamples"))
+        ".hypothesis", "dmocker-counterexamples"))
     out = work / "dist"
     if _builds_without_isolation():  # fast: this interpreter's setuptools
         run = _pip("wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), ".", cwd=src)

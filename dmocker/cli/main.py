@@ -21,11 +21,10 @@ class VerbImportError(Exception):
 
 
 def version_text() -> str:
-    """``dmocker 0.1.0 (replay hot path: compiled)`` or ``... pure Python)``."""
+    """``dmocker 0.1.0``."""
     from dmocker import __version__
-    from dmocker._accel import hot_path_label
 
-    return f"dmocker {__version__} (replay hot path: {hot_path_label()})"
+    return f"dmocker {__version__}"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Formally specified prefill->decode KV-cache handoff: spec, checker, replay, conformance.",
     )
     parser.add_argument("--version", action="version", version=version_text(),
-                        help="print the version and whether the replay hot path is compiled or pure Python")
+                        help="print the version")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     parser.set_defaults(verbs=sub.choices)
     for name in VERBS:

@@ -18,7 +18,6 @@ import os
 import sys
 from typing import Sequence
 
-from dmocker._accel import hot_path_label
 from dmocker.handoff import HandoffError
 from dmocker.replay.api import DEFAULT_SYNTHETIC, run as replay_run
 from dmocker.replay.events import DeadEndError, ReplayInvariantError
@@ -148,12 +147,8 @@ def _fmt(value: JsonValue) -> str:
     return str(value)
 
 
-def render_summary(report: Report, *, hot_path: str | None = None) -> str:
-    """The human summary table printed on stdout.
-
-    Its first line names the hot path that ran (``hot_path``; default: this process's,
-    "compiled" or "pure Python"), which pip's quiet install does not show.
-    """
+def render_summary(report: Report) -> str:
+    """The human summary table printed on stdout (first line: engine, pools, workload)."""
     s = report.summary
     rows: list[tuple[str, str]] = []
     for label, key in _TABLE:
@@ -176,9 +171,8 @@ def render_summary(report: Report, *, hot_path: str | None = None) -> str:
         rows.append(("goodput_completed_requests", _fmt(s["goodput_completed_requests"])))
         rows.append(("goodput_request_throughput_rps", _fmt(s["goodput_request_throughput_rps"])))
     cfg = report.config
-    mode = hot_path if hot_path is not None else hot_path_label()
     head = (
-        f"dmocker replay ({mode}): {cfg['engine']} {cfg['prefill_workers']}P+{cfg['decode_workers']}D, "
+        f"dmocker replay: {cfg['engine']} {cfg['prefill_workers']}P+{cfg['decode_workers']}D, "
         f"{_workload_label(cfg)}"
         + (f", router {cfg['router']}" if cfg.get("router", "round_robin") != "round_robin" else "")
     )

@@ -4,8 +4,6 @@
 vLLM / SGLang prefill and decode pools and returns a :class:`Report`.
 """
 
-# First: decides whether the compiled (mypyc) hot path or its sources load (see _accel.py).
-from .._accel import accelerated
 from .api import DEFAULT_SYNTHETIC, run
 from .collector import TerminalStatus
 from .events import DeadEndError, ReplayInvariantError
@@ -34,6 +32,5 @@ __all__ = [
     "SyntheticWorkload",
     "TerminalStatus",
     "WorkloadError",
-    "accelerated",
     "run",
 ]

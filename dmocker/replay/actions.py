@@ -4,14 +4,14 @@ Why apart from the drain loop: what each action does to a worker (route and appl
 the worker is mid-pass, park while its pool is empty, acknowledge with the spec's outcome) is
 one concern; when the runtime does it (the per-timestamp phases) is another.
 :class:`~dmocker.replay.runtime.DisaggRuntime` inherits these methods; the attributes and the
-coordinator I/O they use are declared below and defined there.
+coordinator I/O they use are declared in :mod:`~dmocker.replay.runtime_base`.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from dmocker.handoff import (
     ActivateDestination,
@@ -19,7 +19,6 @@ from dmocker.handoff import (
     CancelSource,
     Complete,
     Completion,
-    Fact,
     IssuedAction,
     Outcome,
     OutcomeKind,
@@ -30,16 +29,13 @@ from dmocker.handoff import (
     TransferCompleted,
 )
 from dmocker.handoff import load_spec, success_outcomes
-from dmocker.engines.interface import CommandResult, EngineCommandError, EngineWorker, LifecycleEvent
+from dmocker.engines.interface import CommandResult, EngineCommandError
 
-from .collector import Collector, TerminalStatus
-from .events import EventKind, EventQueue, ReplayInvariantError
+from .collector import TerminalStatus
+from .events import EventKind, ReplayInvariantError
 from .request_state import Phase, Queued, RequestState, Stage
-from .routing import Router, RouterError
-
-
-if TYPE_CHECKING:
-    from .planner.loop import PlannerLoop
+from .routing import RouterError
+from .runtime_base import RuntimeBase
 
 __all__ = ["ActionExecution", "EXECUTORS", "executor_for"]
 
@@ -73,39 +69,8 @@ _ACQUIRE: Final = (
 )
 
 
-class ActionExecution:
+class ActionExecution(RuntimeBase):
     """The action executors of :class:`~dmocker.replay.runtime.DisaggRuntime` (a mixin)."""
-
-    if TYPE_CHECKING:  # defined by DisaggRuntime
-        now_ms: float
-        collector: Collector
-        _workers: tuple[list[EngineWorker], list[EngineWorker]]
-        _active: tuple[list[int], list[int]]
-        _routers: tuple[Router, Router]
-        _events: EventQueue[tuple[int, int]]
-        _pending: deque[Queued]
-        _waiting: tuple[deque[Queued], deque[Queued]]
-        _deferred: tuple[dict[int, deque[Queued]], dict[int, deque[Queued]]]
-        _dirty: tuple[list[bool], list[bool]]
-        _acquire_hooks: dict[int, Callable[[], bool]]
-        _pool_gone: list[bool]
-        _held: tuple[dict[int, Queued], dict[int, Queued]]
-        _kv_feed: bool
-        _route_signals: bool
-        _route_overlap: tuple[dict[int, int], dict[int, int]] | None
-        _planner: PlannerLoop | None
-
-        def _settle(self, stage: int, idx: int) -> None: ...
-        def _acquire_fails(self, req: RequestState, issued: IssuedAction, stage: int) -> bool: ...
-        def _free_route(self, stage: int, rid: int) -> None: ...
-        def _unhold(self, stage: int, req: RequestState) -> None: ...
-        def _lifecycle(self, events: tuple[LifecycleEvent, ...]) -> None: ...
-        def _finish_logical(self, req: RequestState, *, remove_actions: bool) -> None: ...
-        def _retire(self, req: RequestState) -> None: ...
-        def _fact(self, req: RequestState, fact: Fact) -> None: ...
-        def _ack(self, req: RequestState, issued: IssuedAction, outcome: Outcome) -> None: ...
-        def _ack_ok(self, req: RequestState, issued: IssuedAction, kind: OutcomeKind,
-                    outcome: Outcome | None = None) -> None: ...
 
     def _wake_deferred(self, stage: int, idx: int) -> None:
         queued = self._deferred[stage].pop(idx, None)

@@ -129,6 +129,21 @@ class EventQueue(Generic[P]):
     def pop_top(self) -> P:
         return heapq.heappop(self._heap)[3]
 
+    def remove(self, kind: EventKind, payload: P) -> bool:
+        """Drop the first event of ``kind`` with this payload (a worker's pass completion when
+        its bulk run is cut); False if there is none.  Cheaper than :meth:`retain`: no call per
+        event, and the heap is rebuilt (in C) only when an event was taken out."""
+        heap = self._heap
+        rank = int(kind)
+        for i, e in enumerate(heap):
+            if e[1] == rank and e[3] == payload:
+                last = heap.pop()
+                if i < len(heap):
+                    heap[i] = last
+                    heapq.heapify(heap)
+                return True
+        return False
+
     def retain(self, keep: Callable[[EventKind, P], bool]) -> int:
         """Drop every event for which ``keep`` is false; returns how many were dropped.
 

@@ -19,57 +19,46 @@ outcomes, in the reference's order (``ai-dynamo/dynamo``
 Per timestamp the phases run in a fixed order (pass completions, transfer completions, injected
 facts, arrivals, handoff actions, prefill passes, decode passes), looped to a fixed point; with
 work left and no future event the run stops with a :class:`DeadEndError` naming the requests.
+
+This module holds the clock, the drain loop and its phases, and the passes; the rest of
+:class:`DisaggRuntime` comes from mixins, one concern each, over the state declared in
+``runtime_base``: ``actions`` (executing the coordinator's actions), ``coordinator_io``
+(arrivals, facts and outcomes, retirement, event log and records), ``routing_hooks`` (signals
+for routers other than round robin) and ``cluster_control`` (planner and fault controls).
 """
 
 from __future__ import annotations
 
 import heapq
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Final, cast
+from typing import IO, TYPE_CHECKING, Final
 
 from dmocker.handoff import (
-    ActivateDestination,
-    Canceled,
-    DestinationReserved,
-    Fact,
     Failed,
     HandoffCoordinator,
-    HandoffError,
     HandoffOrder,
-    IssuedAction,
-    Outcome,
-    OutcomeKind,
-    ReleaseSource,
-    ReserveDestination,
-    SourceHeld,
-    StartTransfer,
-    SubmitPrefill,
-    TimedOut,
     TransferCompleted,
 )
-from dmocker.handoff import FACT_CLASSES, EventLogWriter, load_spec
-from dmocker.engines.hashing import block_hashes_from_trace, block_hashes_from_trace_batch
+from dmocker.handoff import EventLogWriter, load_spec
 from dmocker.engines.interface import (
     EngineArgs,
-    EngineRequest,
     EngineWorker,
-    LifecycleEvent,
     PassCompletion,
     PassPlan,
 )
 
-from .actions import _ACQUIRE, EXECUTORS, ActionExecution, executor_for
+from .actions import EXECUTORS, ActionExecution, executor_for
+from .cluster_control import ClusterControl
+from .coordinator_io import CoordinatorIO
+from .routing_hooks import RoutingHooks
 from .collector import Collector, TerminalStatus
 from .events import DeadEndError, EventKind, EventQueue, ReplayInvariantError
-from .report import stable_json_line
-from .routing import RoundRobin, Router, RouterError
-from .routing.protocol import Admission
-from .records import request_record
+from .routing import RoundRobin, Router
 from .request_state import Phase, Queued, RequestState, Stage
 from .timeseries import TimeSeriesRecorder
-from .workload import AdmissionQueue, ReadyTurn, Turn
+from .workload import AdmissionQueue
 
 if TYPE_CHECKING:
     from .planner.loop import PlannerLoop
@@ -93,20 +82,9 @@ _TRANSFER: Final = int(EventKind.TRANSFER_COMPLETE)
 _INJECTED: Final = int(EventKind.INJECTED_FACT)
 _READY: Final = int(EventKind.WORKER_READY)
 _TICK: Final = int(EventKind.PLANNER_TICK)
-# The spec's terminal facts (the facts inject() may deliver), from the one class registry.
-_INJECT_KINDS: Final = cast(
-    "tuple[type[Canceled] | type[Failed] | type[TimedOut], ...]",
-    tuple(FACT_CLASSES[name] for name in load_spec().terminal_facts),
-)
-_INJECT_CODES: Final[dict[type, int]] = {cls: i for i, cls in enumerate(_INJECT_KINDS)}
-_TIMER_CODE: Final = 99  # an INJECTED_FACT payload (_TIMER_CODE, timer id): a callback of at()
-
 # Enum members used on the per-action path, bound once: in Python 3.11 reading a member off
 # its class (``Phase.DONE``) costs ~5x a module global, and these run ~10 times per request.
 _DONE: Final = Phase.DONE
-_AWAITING_DESTINATION: Final = Phase.AWAITING_DESTINATION
-_DEST_FIRST: Final = HandoffOrder.DESTINATION_FIRST
-_K_FAILED: Final = OutcomeKind.FAILED
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +96,7 @@ class RuntimeResult:
     stale_transfers_pruned: int
 
 
-class DisaggRuntime(ActionExecution):
+class DisaggRuntime(ActionExecution, CoordinatorIO, RoutingHooks, ClusterControl):
     """Drives one replay; build it, call :meth:`run`, then read ``collector``."""
 
     def __init__(
@@ -251,45 +229,6 @@ class DisaggRuntime(ActionExecution):
         else:
             self.collector.add_worker_seconds(*self._planner.worker_seconds(self.now_ms))
         return RuntimeResult(self.now_ms, capped, self._stale_pruned)
-
-    def inject(self, t_ms: float, request_id: int, kind: type[Canceled] | type[Failed] | type[TimedOut]) -> None:
-        """Deliver a terminal fact to a request's coordinator at ``t_ms`` (if it is still live).
-
-        The replay itself never produces these (neither does the reference offline); tests use
-        this to exercise cancellation and timeouts mid-flight.
-        """
-        code = _INJECT_CODES[kind]
-        self._events.push(t_ms, EventKind.INJECTED_FACT, (code, request_id), self.now_ms)
-
-    def _apply_injected(self) -> bool:
-        changed = False
-        now = self.now_ms
-        while True:
-            popped, payload = self._events.pop_ready(now, EventKind.INJECTED_FACT)
-            if not popped:
-                return changed
-            assert payload is not None
-            code, rid = payload
-            if code == _TIMER_CODE:
-                self._timers.pop(rid)()
-                changed = True
-                continue
-            req = self._live.get(rid)
-            if req is None:
-                continue
-            cls = _INJECT_KINDS[code]
-            status = TerminalStatus.CANCELED if cls is Canceled else TerminalStatus.FAILED
-            if self.collector.on_terminal(rid, status, now):
-                req.terminal_ms = now
-            self._fact(req, cls(rid))
-            changed = True
-
-    def write_incomplete_records(self) -> None:
-        """Records of requests still in flight at the end (time cap), in request-id order."""
-        if self._records is None:
-            return
-        for rid in sorted(self._live):
-            self._write_record(self._live[rid])
 
     @property
     def in_flight(self) -> int:
@@ -529,7 +468,7 @@ class DisaggRuntime(ActionExecution):
             return
         end, last_start = cut
         key = (stage, idx)
-        self._events.retain(lambda kind, p: not (kind is EventKind.PASS_COMPLETION and p == key))
+        self._events.remove(EventKind.PASS_COMPLETION, key)
         if end <= self.now_ms:
             # pass by pass it would have completed at the start of this time step (its
             # effects are tokens only: nothing finishes inside a run)
@@ -618,411 +557,7 @@ class DisaggRuntime(ActionExecution):
         if done.lifecycle:
             self._lifecycle(done.lifecycle)
 
-    def _lifecycle(self, events: tuple[LifecycleEvent, ...]) -> None:
-        for ev in events:
-            req = self._live.get(ev.handoff_id)  # type: ignore[call-overload]
-            if req is None:
-                raise ReplayInvariantError(f"lifecycle event for unknown handoff {ev.handoff_id!r}")
-            if isinstance(ev, SourceHeld):
-                if req.source_held_ms is None:
-                    req.source_held_ms = self.now_ms
-                req.held_tokens = ev.transfer_timing.full_prompt_tokens
-            elif isinstance(ev, DestinationReserved):
-                if req.destination_reserved_ms is None:
-                    req.destination_reserved_ms = self.now_ms
-                    if self._planner is not None:
-                        self._planner.on_decode_reserved(req.rid)
-            self._fact(req, ev)
-
-    # ------------------------------------------------------------------ arrivals & retirement
-
-    def _prefetch_hashes(self, turns: list[Turn]) -> None:
-        """Hash upcoming first turns in one vectorised batch (same values as one by one)."""
-        hashes = block_hashes_from_trace_batch(
-            [t.hash_ids for t in turns], [t.input_length for t in turns], self._trace_block, self._block_size
-        )
-        cache = self._hash_cache
-        for t, h in zip(turns, hashes):
-            cache[t.request_id] = h
-
-    def _on_arrival(self, item: ReadyTurn) -> None:
-        turn = item.turn
-        rid = turn.request_id
-        if rid in self._live:
-            raise ReplayInvariantError(f"request {rid} is already active")
-        hashes = self._hash_cache.pop(rid, None)
-        if hashes is None:
-            hashes = block_hashes_from_trace(turn.hash_ids, turn.input_length, self._trace_block, self._block_size)
-        request = EngineRequest(rid, turn.input_length, turn.output_length, hashes)
-        coord = self._make_coord(rid, self._order, fallback_transfer_delay_ms=self._fallback, spec=self._spec)
-        req = _Req(turn, item.arrival_ms, coord, request)
-        if self._order is _DEST_FIRST:
-            req.phase = _AWAITING_DESTINATION
-        self.collector.on_arrival(rid, item.arrival_ms, turn.input_length)
-        self._live[rid] = req
-        self._in_flight += 1
-        logging = self._events_out is not None
-        prev = coord.state if logging else -1
-        try:
-            actions = coord.start()
-        except HandoffError as exc:  # pragma: no cover - start never rejects
-            raise ReplayInvariantError(f"request {rid}: coordinator start failed: {exc}") from exc
-        if logging:
-            self._log(req, prev, "start", None)
-        if actions:  # queue what was issued (inlined: ~6 calls a request issue an action)
-            req.queued += len(actions)
-            for a in actions:
-                self._pending.append((req, a))
-
-    def _finish_logical(self, req: _Req, *, remove_actions: bool) -> None:
-        """The request's decode ended (or its handoff was canceled): free its logical slot."""
-        if not req.counted or req.phase is Phase.DONE:
-            raise ReplayInvariantError(f"request {req.rid} finalized more than once")
-        if req.phase is Phase.TRANSFER_PENDING:
-            self._stale += 1
-        req.counted = False
-        req.phase = Phase.CLEANUP_PENDING
-        self._in_flight -= 1
-        if self._planner is not None:
-            self._planner.on_request_gone(req.rid)
-        if remove_actions:
-            self._remove_actions(req)
-        self._admission.on_request_terminal(req.rid, self.now_ms)
-        self._retire(req)
-
-    def _retire(self, req: _Req) -> None:
-        if req.counted or not req.coord.is_complete:
-            return
-        if req.queued:
-            raise ReplayInvariantError(f"completed handoff {req.rid} still has {req.queued} queued action(s)")
-        req.phase = Phase.DONE
-        if req.routed:  # a failed, rejected or canceled request frees its router state too
-            self._release_routes(req)
-        if self._acquire_hooks:
-            self._acquire_hooks.pop(req.rid, None)
-        del self._live[req.rid]
-        if self._route_overlap is not None:
-            self._route_retired(req)
-        if self._records is not None:
-            self._write_record(req)
-        if self._on_retired is not None:
-            self._on_retired(req.rid)
-
-    # ------------------------------------------------------------------ planner hook points
-    # Used by dmocker.replay.planner.loop (worker lifecycle) only; nothing here runs without one.
-
-    def append_worker(self, stage: Stage, worker: EngineWorker) -> None:
-        """Append a new worker at the next index (neither routable nor serving yet)."""
-        if worker.worker_idx != len(self._workers[stage]):
-            raise ReplayInvariantError(f"new worker index {worker.worker_idx} is not the next unused one")
-        self._workers[stage].append(worker)
-        self._dirty[stage].append(False)
-
-    def set_routable(self, stage: Stage, idx: int, routable: bool) -> None:
-        """Put a worker in (ready) or take it out of (draining) the pool routing picks from."""
-        _toggle(self._active[stage], idx, routable)
-
-    def set_serving(self, stage: Stage, idx: int, serving: bool) -> None:
-        """Start (ready) or stop (removed) running passes on a worker."""
-        _toggle(self._serving[stage], idx, serving)
-        self._dirty[stage][idx] = serving
-
-    def wake_parked(self, stage: Stage) -> bool:
-        """Retry the actions parked while the pool had no routable worker."""
-        waiting = self._waiting[stage]
-        if not waiting:
-            return False
-        self._pending.extend(waiting)
-        waiting.clear()
-        return True
-
-    def parked_count(self, stage: Stage) -> int:
-        """Requests waiting to be routed to the pool: parked (no routable worker) or held in its router's queue."""
-        return len(self._waiting[stage]) + len(self._held[stage])
-
-    def worker(self, stage: Stage, idx: int) -> EngineWorker:
-        return self._workers[stage][idx]
-
-    def worker_removable(self, stage: Stage, idx: int) -> bool:
-        """No pass in flight, nothing queued/running/held/reserved, no deferred command."""
-        w = self._workers[stage][idx]
-        return not w.busy and w.is_drained() and not self._deferred[stage].get(idx)
-
-    def workload_done(self) -> bool:
-        return self._is_done()
-
-    def push_idle_event(self, t_ms: float, kind: EventKind, payload: tuple[int, int]) -> None:
-        """Schedule a planner tick or a WorkerReady (events that keep no run alive)."""
-        self._events.push(t_ms, kind, payload)
-        self._idle_events += 1
-
-    def pop_idle_event(self, now_ms: float, kind: EventKind) -> tuple[int, int] | None:
-        popped, payload = self._events.pop_ready(now_ms, kind)
-        if not popped:
-            return None
-        self._idle_events -= 1
-        assert payload is not None
-        return payload
-
-    # ------------------------------------------------------------------ fault hooks
-    # Used by dmocker.replay.faults (only when faults are injected): timed callbacks, terminal
-    # facts delivered from outside, and a worker leaving and rejoining its pool.
-
-    def at(self, t_ms: float, callback: Callable[[], None]) -> None:
-        """Run ``callback()`` at ``t_ms``, in the injected-fact phase (in scheduling order)."""
-        key = self._timer_seq
-        self._timer_seq = key + 1
-        self._timers[key] = callback
-        self._events.push(t_ms, EventKind.INJECTED_FACT, (_TIMER_CODE, key), self.now_ms)
-
-    def deliver(self, request_id: int, kind: type[Canceled] | type[Failed] | type[TimedOut]) -> tuple[bool, bool]:
-        """Deliver a terminal fact now: (the request was live, its terminal status was recorded here)."""
-        req = self._live.get(request_id)
-        if req is None:
-            return False, False
-        status = TerminalStatus.CANCELED if kind is Canceled else TerminalStatus.FAILED
-        recorded = self.collector.on_terminal(request_id, status, self.now_ms)
-        if recorded:
-            req.terminal_ms = self.now_ms
-        self._fact(req, kind(request_id))
-        return True, recorded
-
-    def remove_worker(self, stage: int, idx: int, replacement: EngineWorker) -> list[int]:
-        """Worker ``idx`` of ``stage`` leaves its pool at once (a crash): its running pass and KV
-        are lost (``replacement``, an empty worker, takes its slot), routing skips it, actions
-        deferred behind its pass run now against the empty worker.  Returns the live requests
-        that still depend on it (sources not yet released; any destination), in id order."""
-        self._settle(stage, idx)  # passes of a bulk run that ended by now did happen
-        active = self._active[stage]
-        if idx in active:
-            active.remove(idx)
-        if self._serving is not self._active:  # a planner keeps the two apart
-            _toggle(self._serving[stage], idx, False)
-        self._events.retain(lambda kind, p: not (kind is EventKind.PASS_COMPLETION and p == (stage, idx)))
-        self._workers[stage][idx] = replacement
-        self._dirty[stage][idx] = False
-        self._wake_deferred(stage, idx)
-        self.route_topology_changed(stage, idx, added=False)
-        out: list[int] = []
-        for rid in sorted(self._live):
-            r = self._live[rid]
-            if stage == _P and r.prefill_worker == idx and r.source_released_ms is None:
-                out.append(rid)
-            elif stage == _D and r.decode_worker == idx:
-                out.append(rid)
-        return out
-
-    def add_worker(self, stage: int, idx: int) -> None:
-        """Worker ``idx`` of ``stage`` (re)joins its pool; actions parked on an empty pool resume."""
-        active = self._active[stage]
-        if idx not in active:
-            active.append(idx)
-            active.sort()
-        if self._serving is not self._active:  # a planner keeps the two apart
-            _toggle(self._serving[stage], idx, True)
-        self._dirty[stage][idx] = True
-        self.route_topology_changed(stage, idx, added=True)
-        parked = self._waiting[stage]
-        if parked:
-            self._pending.extend(parked)
-            parked.clear()
-
-    def on_acquire(self, request_id: int, hook: Callable[[], bool]) -> None:
-        """Ask ``hook()`` before each SubmitPrefill / ReserveDestination of the request; True:
-        the command fails (acknowledged FAILED, not executed) and the hook is dropped."""
-        self._acquire_hooks[request_id] = hook
-
-    def _acquire_fails(self, req: _Req, issued: IssuedAction, stage: int) -> bool:
-        hook = self._acquire_hooks.get(req.rid)
-        if hook is None or not hook():
-            return False
-        del self._acquire_hooks[req.rid]
-        self._ack(req, issued, Outcome(_K_FAILED, f"injected failure of the {_ACQUIRE[stage][3]}"))
-        return True
-
-    def set_pool_gone(self, stage: int) -> None:
-        """The pool of ``stage`` is empty and stays so: parked and future acquires fail."""
-        self._pool_gone[stage] = True
-        parked = self._waiting[stage]
-        if parked:
-            self._pending.extend(parked)
-            parked.clear()
-
-    def workers(self, stage: int) -> tuple[EngineWorker, ...]:
-        return tuple(self._workers[stage])
-
-    def routers(self) -> tuple[Router, Router]:
-        return self._routers
-
-    def live_requests(self) -> list[int]:
-        return sorted(self._live)
-
-    def coordinator_of(self, request_id: int) -> HandoffCoordinator | None:
-        req = self._live.get(request_id)
-        return None if req is None else req.coord
-
-    @property
-    def routed_unreleased(self) -> int:
-        """Router holds not yet released (requests still live); 0 at the end of a complete run."""
-        return sum(bin(r.routed).count("1") for r in self._live.values())
-
-    def _release_routes(self, req: _Req) -> None:
-        routed, req.routed = req.routed, 0
-        if routed & 1:
-            self._free_route(_P, req.rid)
-        if routed & 2:
-            self._free_route(_D, req.rid)
-
-    # ------------------------------------------------------------------ coordinator I/O
-
-    def _fact(self, req: _Req, fact: Fact) -> None:
-        coord = req.coord
-        logging = self._events_out is not None
-        prev = coord.state if logging else -1  # the log needs the state the fact arrived in
-        try:
-            actions = coord.on_fact(fact)
-        except HandoffError as exc:
-            raise ReplayInvariantError(f"request {req.rid}: coordinator rejected {type(fact).__name__}: {exc}") from exc
-        if logging:
-            self._log(req, prev, type(fact).__name__, fact)
-        if actions:  # queue what was issued (inlined: ~6 calls a request issue an action)
-            req.queued += len(actions)
-            for a in actions:
-                self._pending.append((req, a))
-
-    def _ack(self, req: _Req, issued: IssuedAction, outcome: Outcome) -> None:
-        """Report any outcome (a FAILED one also records the request's terminal status)."""
-        if outcome.kind is _K_FAILED:
-            if self.collector.on_terminal(req.rid, TerminalStatus.FAILED, self.now_ms):
-                req.terminal_ms = self.now_ms
-        self._ack_ok(req, issued, outcome.kind, outcome)
-
-    def _ack_ok(self, req: _Req, issued: IssuedAction, kind: OutcomeKind, outcome: Outcome | None = None) -> None:
-        """Hand an action's outcome to the coordinator and queue what it issues.
-
-        Without ``outcome`` (a message-less kind other than FAILED; the replay's ~5
-        acknowledgements per request) the coordinator's lean ``on_outcome_kind`` answers
-        exactly as ``on_action_outcome`` would, without building an Outcome.
-        """
-        coord = req.coord
-        logging = self._events_out is not None
-        prev = coord.state if logging else -1
-        try:
-            if outcome is None:
-                actions = coord.on_outcome_kind(issued.id, kind)
-            else:
-                actions = coord.on_action_outcome(issued.id, outcome)
-        except HandoffError as exc:
-            raise ReplayInvariantError(
-                f"request {req.rid}: coordinator rejected outcome {kind.value} for "
-                f"{type(issued.action).__name__}: {exc}"
-            ) from exc
-        if logging:
-            self._log(req, prev, f"{type(issued.action).__name__}.{kind.value}", None)
-        if actions:  # queue what was issued (inlined: ~6 calls a request issue an action)
-            req.queued += len(actions)
-            for a in actions:
-                self._pending.append((req, a))
-
-    def _log(self, req: _Req, prev: int, event: str, fact: Fact | None) -> None:
-        writer = self._event_log
-        if writer is not None:
-            writer.log(self.now_ms, req.coord, prev, event, fact, req.prefill_worker, req.decode_worker)
-
-    # ------------------------------------------------------------------ routing hook
-
-    def _free_route(self, stage: int, rid: int) -> None:
-        released = self._routers[stage].on_free(rid, self.now_ms)
-        if released:
-            self._admit(stage, released)
-
-    def _unhold(self, stage: int, req: _Req) -> None:
-        """A request still held by its router is canceled: drop it from the router's queue."""
-        if self._held[stage].pop(req.rid, None) is not None:
-            req.queued -= 1
-            self._free_route(stage, req.rid)
-
-    def _admit(self, stage: int, released: Sequence[Admission]) -> None:
-        """Dispatch the requests a router released from its queue, in its order."""
-        held = self._held[stage]
-        for rid, idx in released:
-            item = held.pop(rid, None)
-            if item is None:
-                raise RouterError(
-                    f"router of the {_STAGES[stage].name.lower()} pool released request {rid}, "
-                    "which it does not hold"
-                )
-            req, issued = item
-            req.queued -= 1
-            self._dispatch(req, issued, stage, idx)
-
-    def route_topology_changed(self, stage: int, worker: int, *, added: bool) -> None:
-        """Tell a pool's router that ``worker`` joined (``added``) or left it; dispatch what it releases.
-
-        For scaling (a planner): call after updating the pool's active worker list.
-        """
-        router = self._routers[stage]
-        if added:
-            released = router.add_worker(worker, self.now_ms)
-        else:
-            released = router.remove_worker(worker, self.now_ms)
-        if released:
-            self._admit(stage, released)
-
-    def _prefill_pass_routing(self, done: PassCompletion, idx: int) -> None:
-        """Prefill pass end: KV events (SGLang's become visible here), then prefill completions."""
-        router = self._routers[_P]
-        now = self.now_ms
-        if self._kv_feed and done.kv_events:
-            router.on_kv_events(idx, done.kv_events, now)
-        rejected = done.rejected
-        for rid in done.emitted.tolist():
-            if rid in rejected:
-                continue
-            released = router.on_prefill_complete(rid, now)
-            if released:
-                self._admit(_P, released)
-
-    def _route_retired(self, req: _Req) -> None:
-        rid = req.rid
-        if self._records is None and self._route_overlap is not None:  # nobody will read them
-            self._route_overlap[_P].pop(rid, None)
-            self._route_overlap[_D].pop(rid, None)
-        if TerminalStatus(int(self.collector.status[rid])) is TerminalStatus.COMPLETED:
-            reuse = self._pool_reuse
-            reuse[0] += req.prefill_reused or 0
-            reuse[1] += req.decode_reused or 0
-            reuse[2] += req.turn.input_length
-
-    def routing_summary(self) -> dict[str, float]:
-        """Prefix reuse per pool over completed requests (routers other than round robin)."""
-        p, d, total = self._pool_reuse
-        return {
-            "prefill_prefix_cache_reused_ratio": p / total if total else 0.0,
-            "decode_prefix_cache_reused_ratio": d / total if total else 0.0,
-        }
-
-    # ------------------------------------------------------------------ records
-
-    def _write_record(self, req: _Req) -> None:
-        out = self._records
-        assert out is not None
-        rec = request_record(req, self.collector)
-        if self._route_overlap is not None:  # routed by something other than round robin
-            rec["prefill_route_overlap_tokens"] = self._route_overlap[_P].pop(req.rid, 0)
-            rec["decode_route_overlap_tokens"] = self._route_overlap[_D].pop(req.rid, 0)
-        out.write(stable_json_line(rec))
-
 
 def admission_block_size(admission: AdmissionQueue) -> int:
     return admission.trace_block_size
 
-
-def _toggle(members: list[int], idx: int, present: bool) -> None:
-    """Add (kept sorted) or remove ``idx`` in a worker-index list."""
-    if present:
-        if idx not in members:
-            members.append(idx)
-            members.sort()
-    elif idx in members:
-        members.remove(idx)

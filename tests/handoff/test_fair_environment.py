@@ -27,7 +27,7 @@ from dmocker.handoff import (
     load_spec,
 )
 from dmocker.handoff import HandoffOrder
-from dmocker.replay import runtime
+from dmocker.replay import cluster_control
 
 
 def test_fair_environment_of_the_bundled_spec() -> None:
@@ -63,7 +63,7 @@ def test_terminal_facts_have_one_source() -> None:
     spec = load_spec()
     assert spec.terminal_facts == ("Failed", "TimedOut", "Canceled")
     assert tuple(FACT_CLASSES[n] for n in spec.terminal_facts) == tuple(
-        cls for cls in runtime._INJECT_KINDS  # noqa: SLF001 - the replay's injectable facts
+        cls for cls in cluster_control.INJECT_KINDS  # the replay's injectable facts
     )
     assert Monitor.for_order(spec, HandoffOrder.SOURCE_FIRST).terminal_facts == spec.terminal_facts
     assert Monitor([]).terminal_facts == spec.terminal_facts

@@ -54,6 +54,27 @@ def test_retain_keeps_order() -> None:
     assert [q.pop_top() for _ in range(5)] == [0, 6, 4, 2, 8]
 
 
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from(list(EventKind))), min_size=1, max_size=40), st.data())
+def test_remove_is_as_if_never_pushed(items: list[tuple[int, EventKind]], data: st.DataObject) -> None:
+    gone = data.draw(st.integers(0, len(items) - 1))
+    q: EventQueue[int] = EventQueue()
+    for i, (t, k) in enumerate(items):
+        q.push(float(t), k, i)
+    assert q.remove(items[gone][1], gone)
+    assert not q.remove(items[gone][1], gone)  # once only
+    popped = [q.pop_top() for _ in range(len(items) - 1)]
+    expected = [i for i, _ in sorted(enumerate(items), key=lambda e: (e[1][0], int(e[1][1]), e[0])) if i != gone]
+    assert popped == expected
+
+
+def test_remove_matches_kind_and_payload() -> None:
+    q: EventQueue[int] = EventQueue()
+    q.push(1.0, EventKind.TRANSFER_COMPLETE, 7)
+    assert not q.remove(EventKind.PASS_COMPLETION, 7)
+    assert len(q) == 1
+
+
 def test_non_finite_times_are_refused() -> None:
     q: EventQueue[int] = EventQueue()
     with pytest.raises(ReplayInvariantError):

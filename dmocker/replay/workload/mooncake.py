@@ -29,6 +29,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 import numpy.typing as npt
+import orjson
 
 from .types import NO_NEXT, SessionStart, Turn, WorkloadError
 
@@ -119,7 +120,7 @@ class MooncakeTrace:
         if fh is None:
             fh = self._fh = open(self._path, "rb")  # noqa: SIM115 - closed by close()
         fh.seek(int(self._offsets[request_id]))
-        raw = json.loads(fh.readline())
+        raw = orjson.loads(fh.readline())  # validated when indexed
         input_length = int(self._input[request_id])
         hash_ids = tuple(int(h) for h in raw["hash_ids"])
         if self._clamp:
@@ -280,7 +281,19 @@ class MooncakeTrace:
 
     def _parse_line(self, raw_line: bytes, lineno: int) -> dict[str, Any]:
         try:
-            row = json.loads(raw_line)
+            # orjson parses a trace ~5x faster than json (bench: 100k lines, 1.19 -> 0.22 CPU s);
+            # what it refuses (malformed lines, but also NaN or integers beyond 64 bits, which
+            # json reads and the checks below reject by field) goes to json, for its messages.
+            row = orjson.loads(raw_line)
+        except orjson.JSONDecodeError:
+            row = self._parse_slow(raw_line, lineno)
+        if not isinstance(row, dict):
+            raise self._err(lineno, None, f"expected a JSON object, got {_kind(row)}")
+        return row
+
+    def _parse_slow(self, raw_line: bytes, lineno: int) -> Any:
+        try:
+            return json.loads(raw_line)
         except UnicodeDecodeError:
             raise self._err(lineno, None, "not UTF-8 text") from None
         except json.JSONDecodeError as exc:
@@ -292,9 +305,6 @@ class MooncakeTrace:
                     lineno, None, f"truncated JSON record ({exc.msg} at column {exc.colno})"
                 ) from None
             raise self._err(lineno, None, f"malformed JSON: {exc.msg} at column {exc.colno}") from None
-        if not isinstance(row, dict):
-            raise self._err(lineno, None, f"expected a JSON object, got {_kind(row)}")
-        return row
 
     def _length(self, row: dict[str, Any], lineno: int, field: str, minimum: int) -> int:
         if field not in row:
