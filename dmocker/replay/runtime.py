@@ -439,7 +439,7 @@ class DisaggRuntime(ActionExecution, CoordinatorIO, RoutingHooks, ClusterControl
                 if self._planner is not None:
                     self._planner.on_pass(stage, idx, plan)
                 if plan.admissions:
-                    self._on_pass_start(stage, plan)
+                    self._on_pass_start(stage, plan, idx)
                 if plan.pass_start_kv_events and self._kv_feed and stage == _P:
                     self._routers[_P].on_kv_events(idx, plan.pass_start_kv_events, now)
                 if plan.end_ms <= now:
@@ -484,7 +484,7 @@ class DisaggRuntime(ActionExecution, CoordinatorIO, RoutingHooks, ClusterControl
 
     # ------------------------------------------------------------------ passes
 
-    def _on_pass_start(self, stage: Stage, plan: PassPlan) -> None:
+    def _on_pass_start(self, stage: Stage, plan: PassPlan, idx: int) -> None:
         now = self.now_ms
         live = self._live
         collector = self.collector
@@ -504,7 +504,7 @@ class DisaggRuntime(ActionExecution, CoordinatorIO, RoutingHooks, ClusterControl
                 if req.phase is Phase.QUEUED_PREFILL:
                     req.phase = Phase.RUNNING_PREFILL
             else:
-                collector.on_decode_admit(req.rid)
+                collector.on_decode_admit(req.rid, idx)
                 if req.decode_admit_ms is None:
                     req.decode_admit_ms = now
                     req.decode_reused = adm.reused_input_tokens
@@ -533,7 +533,7 @@ class DisaggRuntime(ActionExecution, CoordinatorIO, RoutingHooks, ClusterControl
                 self._lifecycle(done.lifecycle)
             return
         # Decode: tokens, then terminals, then lifecycle facts (the reference's order).
-        self.collector.on_tokens(done.emitted, now, idx, done.lockstep, done.run_times)
+        self.collector.on_tokens(done.emitted, now, idx, done.run_times)
         if done.finished.shape[0] == 0 and not done.rejected:
             if done.lifecycle:
                 self._lifecycle(done.lifecycle)
