@@ -290,6 +290,14 @@ class VllmWorker(HandoffWorkerBase[_Req]):
         self._bulk = (start, kept, K, need[:keep], free, evicted) if keep >= 2 else None
         return end, float(kept[-2]) if keep >= 2 else start
 
+    def run_blocks_ahead(self, at_ms: float) -> int:
+        run = self._bulk
+        if run is None:
+            return 0
+        times, need = run[1], run[3]
+        keep = cut_point(times, at_ms, True)
+        return int(need[-1]) - int(need[keep - 1]) if keep < times.shape[0] else 0
+
     def finish_pass(self) -> PassCompletion:
         if not self._busy or self._completion is None:
             raise RuntimeError(f"worker {self.worker_idx} has no pass in flight")

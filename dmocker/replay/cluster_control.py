@@ -44,6 +44,7 @@ INJECT_KINDS: Final = cast(
 )
 _INJECT_CODES: Final[dict[type, int]] = {cls: i for i, cls in enumerate(INJECT_KINDS)}
 _TIMER_CODE: Final = 99  # an INJECTED_FACT payload (_TIMER_CODE, timer id): a callback of at()
+_PASS: Final = int(EventKind.PASS_COMPLETION)
 
 
 class ClusterControl(RuntimeBase):
@@ -119,8 +120,28 @@ class ClusterControl(RuntimeBase):
     def worker(self, stage: Stage, idx: int) -> EngineWorker:
         return self._workers[stage][idx]
 
+    def settle_worker(self, stage: Stage, idx: int) -> tuple[float, float] | None:
+        """Before the planner reads a worker: cut its bulk run where the per-pass replay is now
+        (``_settle``); returns the pass in flight as ``(start, end)`` (of a bulk run: its last
+        pass, which the per-pass replay would have started by now), or None when idle.
+
+        The start is the completion event's order key, which is the pass's start in both modes
+        (see ``EventQueue.push``); a scan of the event heap, fine at the planner's tick rate.
+        """
+        self._settle(stage, idx)
+        if not self._workers[stage][idx].busy:
+            return None
+        key = (int(stage), idx)
+        for e in self._events.raw:
+            if e[1] == _PASS and e[3] == key:
+                return e[2][0], e[0]
+        return None
+
     def worker_removable(self, stage: Stage, idx: int) -> bool:
-        """No pass in flight, nothing queued/running/held/reserved, no deferred command."""
+        """No pass in flight, nothing queued/running/held/reserved, no deferred command.
+
+        No settle needed: a worker in a bulk run is busy and runs requests, so it is not
+        removable pass by pass either (a run ends before any of its requests finishes)."""
         w = self._workers[stage][idx]
         return not w.busy and w.is_drained() and not self._deferred[stage].get(idx)
 

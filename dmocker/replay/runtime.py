@@ -129,10 +129,13 @@ class DisaggRuntime(ActionExecution, CoordinatorIO, RoutingHooks, ClusterControl
         self._acquire_hooks: dict[int, Callable[[], bool]] = {}  # request -> "fail this acquire?"
         self._timer_seq = 0
         # Bulk decode runs (workers compute the passes until their batch changes at once;
-        # see _settle).  Off with a time cap: a run would cross it.
-        # A planner tick reads every worker's latest pass and state, which a bulk run computed
-        # ahead would misreport: with a planner, decode passes run one by one.
-        self._bulk = bulk and max_sim_time_ms is None and planner is None
+        # see _settle).  A planner settles the workers it reads first (settle_worker), so its
+        # ticks see the per-pass state.  Off with a time cap: a run reports its passes' tokens
+        # when it completes, so a run crossing the cap would leave out the passes it ended by
+        # the cap, which the per-pass replay reports; splitting those off at the cap would have
+        # to complete them at their own end times (possibly before the clock) and would wake
+        # the worker's deferred commands early.
+        self._bulk = bulk and max_sim_time_ms is None
         self._pools_started = False  # this time step is past its first pool phase
         self._admission = admission
         self._workers: tuple[list[EngineWorker], list[EngineWorker]] = (prefill_workers, decode_workers)
