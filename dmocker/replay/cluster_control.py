@@ -35,6 +35,7 @@ __all__ = ["ClusterControl", "INJECT_KINDS"]
 
 _P: Final = 0  # index of the prefill pool in per-stage tuples
 _D: Final = 1  # index of the decode pool
+_STAGES: Final = (Stage.PREFILL, Stage.DECODE)
 _K_FAILED: Final = OutcomeKind.FAILED
 _Req = RequestState
 #: The spec's terminal facts (the facts inject() may deliver), from the one class registry.
@@ -190,7 +191,7 @@ class ClusterControl(RuntimeBase):
         are lost (``replacement``, an empty worker, takes its slot), routing skips it, actions
         deferred behind its pass run now against the empty worker.  Returns the live requests
         that still depend on it (sources not yet released; any destination), in id order."""
-        self._settle(stage, idx)  # passes of a bulk run that ended by now did happen
+        self._deliver_ended_passes(stage, idx)
         active = self._active[stage]
         if idx in active:
             active.remove(idx)
@@ -209,6 +210,25 @@ class ClusterControl(RuntimeBase):
             elif stage == _D and r.decode_worker == idx:
                 out.append(rid)
         return out
+
+    def _deliver_ended_passes(self, stage: int, idx: int) -> None:
+        """Before a crash: the passes of a bulk run that ended by now did happen (their tokens
+        count), the one in flight is lost.  Cut the run at now, then once more at the start of
+        the pass in flight, and hand the collector the tokens of what is left, at their pass
+        end times.  Tokens only: the passes before the one in flight finish nobody (a run's
+        last pass is the first that may), and what the engine does when a pass ends (retrying
+        destinations queued behind the pass in flight) never happened pass by pass: the
+        crash came first, and the worker's state is discarded with it."""
+        span = self.settle_worker(_STAGES[stage], idx)
+        if span is None or stage != _D:  # bulk runs are decode runs
+            return
+        w = self._workers[stage][idx]
+        cut = w.split_run(span[0], False)
+        if cut is None:
+            return
+        self._events.remove(EventKind.PASS_COMPLETION, (stage, idx))
+        done = w.finish_pass()
+        self.collector.on_tokens(done.emitted, cut[0], idx, done.run_times)
 
     def add_worker(self, stage: int, idx: int) -> None:
         """Worker ``idx`` of ``stage`` (re)joins its pool; actions parked on an empty pool resume."""
