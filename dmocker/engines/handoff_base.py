@@ -124,10 +124,23 @@ class HandoffWorkerBase(Generic[R]):
         yet reserved (a time-series probe; engines with more queues add them)."""
         return len(self._waiting) + len(self._pending)
 
-    def kv_usage(self) -> float:
-        """Share of this worker's KV blocks in use (a time-series probe)."""
+    def kv_usage(self, at_ms: float | None = None) -> float:
+        """Share of this worker's KV blocks in use (a time-series probe).
+
+        ``at_ms`` (a time not before the runtime's clock, within a bulk decode run in flight):
+        the share the per-pass simulation holds then -- a run takes its passes' blocks at its
+        start, the per-pass simulation pass by pass (:meth:`run_blocks_ahead`)."""
         pool = self.pool
-        return pool.num_active_blocks / pool.total if pool.total else 0.0
+        used = pool.num_active_blocks
+        if at_ms is not None:
+            used -= self.run_blocks_ahead(at_ms)
+        return used / pool.total if pool.total else 0.0
+
+    def run_blocks_ahead(self, at_ms: float) -> int:
+        """KV blocks the bulk run in flight holds beyond the per-pass simulation at ``at_ms``
+        (the blocks of its passes not started by then, an exact pass end counting the next pass
+        as started); 0 without a run.  A probe: changes nothing."""
+        return 0
 
     def kv_in_use(self) -> tuple[int, list[int]]:
         """(KV blocks in use, ids of the requests still registered here), for leak checks: a

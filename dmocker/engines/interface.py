@@ -81,7 +81,6 @@ __all__ = [
     "Admission",
     "PassPlan",
     "PassCompletion",
-    "LockstepDelta",
     "EngineWorker",
     "IdArray",
     "make_worker",
@@ -366,30 +365,6 @@ class PassPlan:
 
 @fast_frozen_init  # built per request or per pass on the replay's hot path
 @dataclass(frozen=True, slots=True)
-class LockstepDelta:
-    """How a lockstep decode pass's emitters differ from the previous pass's (vLLM hot path).
-
-    Why: in lockstep every running request emits exactly one token per pass and the batch
-    changes by a request or two, so a collector can keep the batch implicitly and pay per
-    change instead of per member (see ``Collector.on_tokens``).
-
-    ``serial`` identifies this pass on its worker (strictly increasing).  ``follows`` is the
-    serial of the previous pass of the same unbroken lockstep run, or -1 when this pass starts
-    one (then only ``emitted`` describes the batch).  When ``follows`` is set, this pass's
-    ``emitted`` is exactly: the previous pass's ``emitted`` minus its ``leaving``, in order,
-    then ``joined`` (requests emitting their first token of the run, none of which has emitted
-    on this worker before).  ``leaving``: emitted ids that emit their last token here and
-    leave the batch (they are ``finished``).
-    """
-
-    serial: int
-    follows: int
-    joined: tuple[int, ...] = ()
-    leaving: tuple[int, ...] = ()
-
-
-@fast_frozen_init  # built per request or per pass on the replay's hot path
-@dataclass(frozen=True, slots=True)
 class PassCompletion:
     """The deferred effects of a pass, stamped at its end time.
 
@@ -401,12 +376,10 @@ class PassCompletion:
     ``lifecycle``: SourceHeld (prefill finishing), DestinationReserved (end-of-pass retry).
     ``kv_events`` (workers built with ``record_kv_events``): SGLang's pass events (visible at
     pass end), then, for both engines, Removed events of the end-of-pass destination retry.
-    ``lockstep``: set by a vLLM decode worker on a lockstep pass (see :class:`LockstepDelta`);
-    None for every other pass.
     ``run_times``: set when the completion covers a bulk decode *run* of ``n >= 2`` passes
     (``start_pass(..., bulk=True)``): the end time of each pass, ascending, the last being
     ``end_ms``.  Every id of ``emitted`` emitted one token at each of them; nothing finished or
-    was rejected before the last, and ``lockstep`` is None.
+    was rejected before the last.
     """
 
     end_ms: float
@@ -415,7 +388,6 @@ class PassCompletion:
     rejected: tuple[int, ...] = ()
     lifecycle: tuple[LifecycleEvent, ...] = ()
     kv_events: tuple[KvEvent, ...] = ()
-    lockstep: LockstepDelta | None = None
     run_times: npt.NDArray[np.float64] | None = None
 
 

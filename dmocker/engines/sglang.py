@@ -393,6 +393,16 @@ class SglangWorker(HandoffWorkerBase[_SReq]):
             self._bulk = _Run(run.start_ms, kept, run.seq, run.npg, run.ratio, need, run.free, evicted)
         return end, float(kept[-2]) if keep >= 2 else run.start_ms
 
+    def run_blocks_ahead(self, at_ms: float) -> int:
+        run = self._bulk
+        if run is None:
+            return 0
+        keep = cut_point(run.times, at_ms, True)
+        if keep >= run.times.shape[0]:
+            return 0
+        npg = np.maximum(run.npg, -(-(run.seq + keep) // self._page))
+        return run.need - int((npg - run.npg).sum())
+
     # --- internals -----------------------------------------------------------------------------
 
     def _extend_batch(self, admissions: list[Admission]) -> tuple[list[_SReq], int, int, int]:

@@ -62,7 +62,6 @@ from dmocker.engines.interface import (
     EngineRequest,
     KvEvent,
     LifecycleEvent,
-    LockstepDelta,
     PassCompletion,
     PassPlan,
     WorkerType,
@@ -156,9 +155,6 @@ class VllmWorker(HandoffWorkerBase[_Req]):
         self._sum_po = 0  # sum of prompt + off over lockstep running requests
         self._finish_at: dict[int, list[_Req]] = {}
         self._rid_arr: I64 | None = None
-        # pass index of the last lockstep pass that produced a completion: the next lockstep
-        # pass continues its run (LockstepDelta.follows) only if it is pass _ls_k + 1
-        self._ls_k = -1
         # handoff registries (insertion-ordered: deterministic)
         self._sources: dict[Hashable, _Req] = {}  # pending or held sources by handoff id
         self._pending: deque[tuple[_Req, int]] = deque()  # (request, last attempted generation)
@@ -267,7 +263,6 @@ class VllmWorker(HandoffWorkerBase[_Req]):
         free, evicted = self.pool.take_undoable(int(need[-1]))
         self._bulk = (now_ms, times, K, need, free, evicted)
         self._K = K + n_pass
-        self._ls_k = self._K
         self.lockstep_passes += n_pass
         self.bulk_runs += 1
         end = float(times[-1])
@@ -286,7 +281,6 @@ class VllmWorker(HandoffWorkerBase[_Req]):
             return None
         evicted = self.pool.untake(free, evicted, int(need[-1]), int(need[keep - 1]))
         self._K = K + keep
-        self._ls_k = self._K
         self.lockstep_passes -= total - keep
         kept = times[:keep]
         end = float(kept[-1])
@@ -295,6 +289,14 @@ class VllmWorker(HandoffWorkerBase[_Req]):
                                           run_times=kept if keep >= 2 else None)
         self._bulk = (start, kept, K, need[:keep], free, evicted) if keep >= 2 else None
         return end, float(kept[-2]) if keep >= 2 else start
+
+    def run_blocks_ahead(self, at_ms: float) -> int:
+        run = self._bulk
+        if run is None:
+            return 0
+        times, need = run[1], run[3]
+        keep = cut_point(times, at_ms, True)
+        return int(need[-1]) - int(need[keep - 1]) if keep < times.shape[0] else 0
 
     def finish_pass(self) -> PassCompletion:
         if not self._busy or self._completion is None:
@@ -313,7 +315,6 @@ class VllmWorker(HandoffWorkerBase[_Req]):
                 rejected=c.rejected,
                 lifecycle=c.lifecycle + tuple(retry),
                 kv_events=events,
-                lockstep=c.lockstep,
                 run_times=c.run_times,
             )
         return c
@@ -418,19 +419,9 @@ class VllmWorker(HandoffWorkerBase[_Req]):
         decode_ms = self._timing.decode_ms(n_ready, active_tokens) if not self._is_prefill else 0.0
         if not n_ready and not finished_ids and not admissions and not rejected and not n_before:
             return None
-        delta = None
-        if not self._is_prefill:
-            # Emitted = last lockstep pass's emitted - its leavers + `joined`: nothing else can
-            # change `run` while the worker stays in lockstep (a drop or any exact pass leaves
-            # it, and then this is not pass _ls_k + 1).
-            delta = LockstepDelta(
-                k, self._ls_k if self._ls_k == k - 1 else -1, tuple(joined),
-                tuple([r.rid for r in finishing]) if finishing else (),
-            )
-            self._ls_k = k
         return self._begin(now_ms, now_ms + decode_ms, admissions, rejected, emitted,
                            np.array(finished_ids, dtype=np.int64) if finished_ids else empty_ids(),
-                           0, n_ready, delta)
+                           0, n_ready)
 
     def _running_ids(self) -> I64:
         arr = self._rid_arr
@@ -645,15 +636,14 @@ class VllmWorker(HandoffWorkerBase[_Req]):
         )
 
     def _begin(self, now_ms: float, end: float, admissions: list[Admission], rejected: list[int],
-               emitted: I64, finished: I64, prefill_tokens: int, n_ready: int,
-               delta: LockstepDelta | None = None) -> PassPlan:
+               emitted: I64, finished: I64, prefill_tokens: int, n_ready: int) -> PassPlan:
         lifecycle: tuple[LifecycleEvent, ...] = ()
         if self._lifecycle:
             lifecycle = tuple(self._lifecycle)
             self._lifecycle.clear()
         self._completion = PassCompletion(
             end_ms=end, emitted=emitted, finished=finished, rejected=tuple(rejected),
-            lifecycle=lifecycle, lockstep=delta,
+            lifecycle=lifecycle,
         )
         self._busy = True
         return PassPlan(

@@ -35,6 +35,7 @@ __all__ = ["ClusterControl", "INJECT_KINDS"]
 
 _P: Final = 0  # index of the prefill pool in per-stage tuples
 _D: Final = 1  # index of the decode pool
+_STAGES: Final = (Stage.PREFILL, Stage.DECODE)
 _K_FAILED: Final = OutcomeKind.FAILED
 _Req = RequestState
 #: The spec's terminal facts (the facts inject() may deliver), from the one class registry.
@@ -44,6 +45,7 @@ INJECT_KINDS: Final = cast(
 )
 _INJECT_CODES: Final[dict[type, int]] = {cls: i for i, cls in enumerate(INJECT_KINDS)}
 _TIMER_CODE: Final = 99  # an INJECTED_FACT payload (_TIMER_CODE, timer id): a callback of at()
+_PASS: Final = int(EventKind.PASS_COMPLETION)
 
 
 class ClusterControl(RuntimeBase):
@@ -119,8 +121,28 @@ class ClusterControl(RuntimeBase):
     def worker(self, stage: Stage, idx: int) -> EngineWorker:
         return self._workers[stage][idx]
 
+    def settle_worker(self, stage: Stage, idx: int) -> tuple[float, float] | None:
+        """Before the planner reads a worker: cut its bulk run where the per-pass replay is now
+        (``_settle``); returns the pass in flight as ``(start, end)`` (of a bulk run: its last
+        pass, which the per-pass replay would have started by now), or None when idle.
+
+        The start is the completion event's order key, which is the pass's start in both modes
+        (see ``EventQueue.push``); a scan of the event heap, fine at the planner's tick rate.
+        """
+        self._settle(stage, idx)
+        if not self._workers[stage][idx].busy:
+            return None
+        key = (int(stage), idx)
+        for e in self._events.raw:
+            if e[1] == _PASS and e[3] == key:
+                return e[2][0], e[0]
+        return None
+
     def worker_removable(self, stage: Stage, idx: int) -> bool:
-        """No pass in flight, nothing queued/running/held/reserved, no deferred command."""
+        """No pass in flight, nothing queued/running/held/reserved, no deferred command.
+
+        No settle needed: a worker in a bulk run is busy and runs requests, so it is not
+        removable pass by pass either (a run ends before any of its requests finishes)."""
         w = self._workers[stage][idx]
         return not w.busy and w.is_drained() and not self._deferred[stage].get(idx)
 
@@ -169,7 +191,7 @@ class ClusterControl(RuntimeBase):
         are lost (``replacement``, an empty worker, takes its slot), routing skips it, actions
         deferred behind its pass run now against the empty worker.  Returns the live requests
         that still depend on it (sources not yet released; any destination), in id order."""
-        self._settle(stage, idx)  # passes of a bulk run that ended by now did happen
+        self._deliver_ended_passes(stage, idx)
         active = self._active[stage]
         if idx in active:
             active.remove(idx)
@@ -188,6 +210,25 @@ class ClusterControl(RuntimeBase):
             elif stage == _D and r.decode_worker == idx:
                 out.append(rid)
         return out
+
+    def _deliver_ended_passes(self, stage: int, idx: int) -> None:
+        """Before a crash: the passes of a bulk run that ended by now did happen (their tokens
+        count), the one in flight is lost.  Cut the run at now, then once more at the start of
+        the pass in flight, and hand the collector the tokens of what is left, at their pass
+        end times.  Tokens only: the passes before the one in flight finish nobody (a run's
+        last pass is the first that may), and what the engine does when a pass ends (retrying
+        destinations queued behind the pass in flight) never happened pass by pass: the
+        crash came first, and the worker's state is discarded with it."""
+        span = self.settle_worker(_STAGES[stage], idx)
+        if span is None or stage != _D:  # bulk runs are decode runs
+            return
+        w = self._workers[stage][idx]
+        cut = w.split_run(span[0], False)
+        if cut is None:
+            return
+        self._events.remove(EventKind.PASS_COMPLETION, (stage, idx))
+        done = w.finish_pass()
+        self.collector.on_tokens(done.emitted, cut[0], idx, done.run_times)
 
     def add_worker(self, stage: int, idx: int) -> None:
         """Worker ``idx`` of ``stage`` (re)joins its pool; actions parked on an empty pool resume."""

@@ -3,23 +3,13 @@
 Why arrays: the reference keeps a hash-map entry (and, while recording, a Vec of token
 times) per request -- about 10 KB each.  Here every request owns one slot (its ``request_id``)
 in a handful of typed arrays, 45 bytes in all, and each decode pass updates its emitted
-requests with one fancy-indexing operation; nothing is allocated per token or per finished
-request.  Inter-token gaps go into :class:`LogSketch` (DDSketch-style buckets, 0.1 % relative
+requests in place (scalar operations for a small batch, fancy indexing for a large one); nothing
+is allocated per token or per finished request.  Inter-token gaps go into :class:`LogSketch` (DDSketch-style buckets, 0.1 % relative
 error, as the reference) together with exact count, sum, min and max.
 
-Lockstep cohorts: a vLLM decode worker in lockstep reports each pass as a change of its
-previous batch (:class:`~dmocker.engines.interface.LockstepDelta`).  The collector then
-keeps that batch as a lazy *cohort*: per member only ``tokens - passes`` (its token count
-relative to the cohort's pass counter), and for the cohort the time of its last pass, which is
-every member's last token time.  A pass costs one weighted ITL sample plus scalar work for the
-requests that join or leave; ``tokens`` and ``last_token`` of the other members are written
-("settled") only when somebody reads them: :meth:`Collector.settle` for one request,
-the ``tokens`` / ``last_token`` properties for all, or a pass of that worker that is not a
-continuation of the cohort (which settles and drops it, then takes the general path).
-
 Bulk decode runs: a completion may cover a run of passes of one batch
-(``PassCompletion.run_times``); its first pass takes the general path, the others are applied at
-once (token counts, last token time, second token times, one weighted gap per pass).  Weighted
+(``PassCompletion.run_times``); it is applied at once (token counts, last token time, first and
+second token times, the first pass's gaps and one weighted gap per later pass).  Weighted
 gaps are staged with their weights and folded in bulk; the sketches' sums are exact
 (:class:`~dmocker.replay.exact_sum.ExactSum`), so neither the folding nor the order in which
 workers' runs arrive changes a digit.
@@ -27,22 +17,21 @@ workers' runs arrive changes a digit.
 
 from __future__ import annotations
 
+import array
 import enum
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
 from .exact_sum import ExactSum
 
-if TYPE_CHECKING:
-    from dmocker.engines.interface import LockstepDelta
-
 __all__ = ["TerminalStatus", "LogSketch", "Collector", "DistributionStats", "nearest_rank"]
 
 F64 = npt.NDArray[np.float64]
+
+_SMALL_BATCH = 16  # up to this many ids a pass takes the scalar path (see Collector.on_tokens)
 
 
 class TerminalStatus(enum.IntEnum):
@@ -376,33 +365,12 @@ class GapSketches:
         return self.per_user.stats()
 
 
-class _Cohort:
-    """One decode worker's lockstep batch, kept lazily (see the module docstring).
-
-    Invariants between passes: every member emitted at each of the cohort's passes, its
-    settled token count is ``members[rid] + passes`` and its last token time is ``t_ms``;
-    ``watch`` holds the members still "young" (before their second token), whose array slots
-    are written at every pass so that the young scan sees them.  Member order is the engine's
-    running order (joiners appended), i.e. the order of the ``emitted`` arrays.
-    """
-
-    __slots__ = ("serial", "t_ms", "passes", "members", "watch")
-
-    def __init__(self, serial: int, t_ms: float, members: dict[int, int], watch: list[int]) -> None:
-        self.serial = serial  # LockstepDelta.serial of the last pass applied
-        self.t_ms = t_ms
-        self.passes = 0
-        self.members = members
-        self.watch = watch
-
-
 class Collector:
     """Per-request slots for every request of the workload (indexed by ``request_id``).
 
-    ``tokens`` and ``last_token`` are properties that settle lazy lockstep cohorts first (see
-    the module docstring); hot paths use the raw arrays ``_tokens`` / ``_last``.  Pass
-    ``lockstep_deltas=False`` to ignore engine deltas and always take the general path (tests
-    compare both).
+    First and second token times are found by watching "young" requests (admitted to decode,
+    fewer than two tokens) per decode worker: a pass looks only at its own worker's young
+    requests, so its cost does not grow with the cluster.
     """
 
     __slots__ = (
@@ -411,39 +379,44 @@ class Collector:
         "second_token",
         "_last",
         "_tokens",
+        "_last_a",
+        "_tokens_a",
         "status",
         "input_length",
         "reused",
         "first_admitted",
         "gaps",
-        "young",
-        "_cohort",
-        "_lazy",
-        "_use_deltas",
-        "lazy_passes",
+        "_young",
+        "_young_at",
+        "_prev",
         "max_terminal_ms",
         "prefill_worker_seconds",
         "decode_worker_seconds",
     )
 
-    def __init__(self, num_requests: int, *, lockstep_deltas: bool = True) -> None:
+    def __init__(self, num_requests: int) -> None:
         n = num_requests
         self.arrival = np.full(n, np.nan, dtype=np.float64)
         self.first_token = np.full(n, np.nan, dtype=np.float64)
         self.second_token = np.full(n, np.nan, dtype=np.float64)
-        self._last = np.full(n, np.nan, dtype=np.float64)
-        self._tokens = np.zeros(n, dtype=np.int32)
+        # Token counts and last token times live in stdlib arrays (the passes of a small
+        # batch update them with scalar Python operations, several times cheaper than numpy
+        # fancy indexing on a handful of ids); ``_tokens`` / ``_last`` are numpy views of the
+        # same memory for large batches and readers.
+        self._last_a = array.array("d", [math.nan]) * n
+        self._tokens_a = array.array("i", bytes(4 * n))
+        self._last: F64 = np.frombuffer(self._last_a, dtype=np.float64)
+        self._tokens: npt.NDArray[np.int32] = np.frombuffer(self._tokens_a, dtype=np.int32)
         self.status = np.zeros(n, dtype=np.int8)
         self.input_length = np.zeros(n, dtype=np.int32)
         self.reused = np.zeros(n, dtype=np.int32)
         self.first_admitted = np.zeros(n, dtype=np.bool_)
         self.gaps = GapSketches()
-        self.young: dict[int, int] = {}
+        # source -> {young request: its token count when last looked at}; request -> source
+        self._young: dict[int, dict[int, int]] = {}
+        self._young_at: dict[int, int] = {}
         # source -> (ids array of its last emission, time): see on_tokens
-        self._cohort: dict[int, tuple[npt.NDArray[np.int64], float]] = {}
-        self._lazy: dict[int, _Cohort] = {}  # source -> its lazy lockstep cohort
-        self._use_deltas = lockstep_deltas
-        self.lazy_passes = 0  # passes applied through a lazy cohort (telemetry, tests)
+        self._prev: dict[int, tuple[npt.NDArray[np.int64], float]] = {}
         self.max_terminal_ms = 0.0
         self.prefill_worker_seconds = 0.0
         self.decode_worker_seconds = 0.0
@@ -459,275 +432,168 @@ class Collector:
 
     @property
     def tokens(self) -> npt.NDArray[np.int32]:
-        """Output tokens per request (settled: includes every lazy lockstep cohort)."""
-        if self._lazy:
-            self.settle_all()
+        """Output tokens per request."""
         return self._tokens
 
     @property
     def last_token(self) -> F64:
-        """Last token time per request, NaN before the first (settled, like ``tokens``)."""
-        if self._lazy:
-            self.settle_all()
+        """Last token time per request, NaN before the first."""
         return self._last
 
-    def settle_all(self) -> None:
-        """Write every lazy cohort member's token count and last token time into the arrays.
-
-        The cohorts stay valid (their lazy values and the written ones agree), so this may be
-        called at any time between passes.
-        """
-        for co in self._lazy.values():
-            self._settle_cohort(co)
-
-    def settle(self, request_id: int) -> None:
-        """Like :meth:`settle_all` for one request (O(number of decode workers))."""
-        for co in self._lazy.values():
-            off = co.members.get(request_id)
-            if off is not None:
-                self._tokens[request_id] = off + co.passes
-                self._last[request_id] = co.t_ms
-                return
+    @property
+    def young(self) -> dict[int, int]:
+        """Watched requests (admitted to decode, fewer than two tokens) -> token count when last
+        looked at, in request-id order (tests, telemetry)."""
+        merged = {rid: seen for by in self._young.values() for rid, seen in by.items()}
+        return dict(sorted(merged.items()))
 
     def output_of(self, request_id: int) -> tuple[int, float, float, float]:
-        """Settled (tokens, first, second, last token time) of one request (per-request records)."""
-        self.settle(request_id)
+        """(tokens, first, second, last token time) of one request (per-request records)."""
         return (
-            self._tokens.item(request_id),
+            self._tokens_a[request_id],
             self.first_token.item(request_id),
             self.second_token.item(request_id),
-            self._last.item(request_id),
+            self._last_a[request_id],
         )
 
-    def _settle_cohort(self, co: _Cohort) -> None:
-        members = co.members
-        n = len(members)
-        if n:
-            rids = np.fromiter(members.keys(), dtype=np.int64, count=n)
-            offs = np.fromiter(members.values(), dtype=np.int64, count=n)
-            self._tokens[rids] = offs + co.passes
-            self._last[rids] = co.t_ms
-
-    def on_decode_admit(self, request_id: int) -> None:
-        """A request entered a decode batch: watch it until its second token.
-
-        A decode admission is never of a running request, so the slot is never a lazy
-        cohort member's (a preempted member's cohort was settled by its worker's next pass).
-        """
-        self.young[request_id] = self._tokens.item(request_id)
+    def on_decode_admit(self, request_id: int, source: int = -1) -> None:
+        """A request entered the decode batch of worker ``source``: watch it until its second
+        token.  Only ``source``'s passes (``on_tokens(..., source)``) look at it, so a request
+        must be admitted again by any other worker before that worker emits it (it is: every
+        decode batch entry is an admission)."""
+        at = self._young_at
+        old = at.get(request_id)
+        if old is not None and old != source:
+            del self._young[old][request_id]
+        at[request_id] = source
+        by = self._young.get(source)
+        if by is None:
+            by = self._young[source] = {}
+        by[request_id] = self._tokens_a[request_id]
 
     def on_tokens(
         self,
         ids: npt.NDArray[np.int64],
         t_ms: float,
         source: int = -1,
-        delta: LockstepDelta | None = None,
         run_times: F64 | None = None,
     ) -> None:
-        """One decode pass emitted one token for each of ``ids`` (unique) at ``t_ms``.
+        """A decode pass of worker ``source`` emitted one token for each of ``ids`` (unique) at
+        ``t_ms``.
 
         ``run_times`` (a bulk decode run): every id emitted one token at each of these times
-        (ascending, the last is ``t_ms``); applied as its first pass through the general path,
-        then the other passes at once, with the same result as pass by pass.
+        (ascending, the last is ``t_ms``), with the same result as pass by pass: the first pass
+        adds each id's gap since its previous token, each later pass one gap (between two pass
+        times) weighted by the batch size; a request young before the run gets its first /
+        second token time at the run's first / second pass.
 
-        ``delta`` (a lockstep pass of decode worker ``source``): when it continues this
-        source's lazy cohort, the pass is applied in O(joiners + leavers + young) without
-        touching ``ids`` (see the module docstring); otherwise the cohort is settled and
-        dropped, the general path runs, and a new cohort starts from ``ids``.  Any pass without
-        a delta settles and drops the source's cohort first.  Either way the ITL sketch gets
-        the same (gap, weight) additions in the same order as the general path alone.
+        A batch of up to ``_SMALL_BATCH`` ids is updated with scalar operations on the stdlib
+        arrays, a larger one with a few numpy operations on their views; first and second
+        token times are handled only for ``source``'s young requests, with scalar updates.
+
+        ``source`` (a decode worker's index, >= 0) enables a shortcut: engines hand out the
+        very same (never mutated) ids array while a batch keeps its members, so when ``ids``
+        *is* the array this source emitted last, every member last emitted at that pass's time
+        and the gap is known without reading ``last_token``.  The result is the same (one
+        weighted gap).
         """
-        if ids.shape[0] == 0:
+        n = int(ids.shape[0])
+        if n == 0:
             return
-        if run_times is not None:
-            self._run_tokens(ids, run_times, source)
-            return
-        if delta is not None and source >= 0 and self._use_deltas:
-            co = self._lazy.get(source)
-            if co is not None:
-                if co.serial == delta.follows and self._lazy_pass(co, ids, t_ms, source, delta):
-                    return
-                self._settle_cohort(co)
-            self._general_tokens(ids, t_ms, source)
-            self._start_cohort(source, ids, t_ms, delta)
-            return
-        if self._lazy and source in self._lazy:
-            self._settle_cohort(self._lazy.pop(source))
-        self._general_tokens(ids, t_ms, source)
-
-    def _run_tokens(self, ids: npt.NDArray[np.int64], times: F64, source: int) -> None:
-        """A bulk decode run: ``on_tokens`` of each pass, the passes after the first at once.
-
-        After the first pass every member last emitted at the previous pass's time, so each
-        later pass adds the gap between two pass times with the batch size as weight; only
-        members still young after the first pass (exactly one token) get their second token
-        time, at the second pass."""
-        if self._lazy and source in self._lazy:
-            self._settle_cohort(self._lazy.pop(source))
-        first = float(times[0])
-        self._general_tokens(ids, first, source)
-        more = int(times.shape[0]) - 1
-        if more <= 0:
-            return
-        end = float(times[-1])
-        self._tokens[ids] += more
-        self._last[ids] = end
-        self.gaps.add_same_many(times[1:] - times[:-1], int(ids.shape[0]))
-        young = self.young
-        if young:
-            members = set(ids.tolist())
-            second = float(times[1])
-            done = [rid for rid in young if rid in members]
-            for rid in done:
-                self.second_token[rid] = second
-                del young[rid]
+        if run_times is None:
+            first = end = t_ms
+            more = 0
+        else:
+            first = run_times.item(0)
+            end = run_times.item(-1)
+            more = int(run_times.shape[0]) - 1
+        gaps = self.gaps
+        seen = None
         if source >= 0:
-            self._cohort[source] = (ids, end)
-
-    def _lazy_pass(
-        self, co: _Cohort, ids: npt.NDArray[np.int64], t_ms: float, source: int, delta: LockstepDelta
-    ) -> bool:
-        """Apply one continuing lockstep pass to ``co``; False (nothing changed) if the delta
-        does not line up with the cohort, so the caller takes the general path."""
-        members = co.members
-        joined = delta.joined
-        leaving = delta.leaving
-        last = self._last
-        tokens = self._tokens
-        # Consistency checks (cheap: joiners and leavers are a handful per pass).
-        if len(members) + len(joined) != ids.shape[0]:
-            return False
-        for rid in joined:
-            if rid in members or last.item(rid) == last.item(rid):
-                return False  # a joiner with an earlier token time has a gap of its own
-        for rid in leaving:
-            if rid not in members and rid not in joined:
-                return False
-        # The general path's sample: every continuing member last emitted at co.t_ms;
-        # joiners have no previous token (NaN) and add nothing.
-        n_cont = len(members)
-        if n_cont:
-            self.gaps.add_same(t_ms - co.t_ms, n_cont)
-        passes = co.passes + 1
-        # First/second token times: only joiners and young members can change a young
-        # entry here (every other young request's count changed, if ever, in a pass that
-        # already looked at it), so they are handled directly instead of scanning `young`.
-        still: list[int] = []  # members still young after this pass
-        for rid in co.watch:  # young members: keep their slots current
-            n = members[rid] + passes
-            tokens[rid] = n
-            last[rid] = t_ms
-            if self._young_step(rid, n, t_ms):
-                still.append(rid)
-        young = self.young
-        for rid in joined:
-            n = tokens.item(rid) + 1
-            tokens[rid] = n
-            last[rid] = t_ms
-            members[rid] = n - passes
-            if rid in young and self._young_step(rid, n, t_ms):
-                still.append(rid)
-        for rid in leaving:  # final values of requests leaving the batch (they finished)
-            tokens[rid] = members.pop(rid) + passes
-            last[rid] = t_ms
-        co.watch = [rid for rid in still if rid in members] if still and leaving else still
-        co.passes = passes
-        co.t_ms = t_ms
-        co.serial = delta.serial
-        self.lazy_passes += 1
-        self._cohort[source] = (ids, t_ms)  # every id emitted at t_ms, as after the general path
-        return True
-
-    def _young_step(self, rid: int, n: int, t_ms: float) -> bool:
-        """``_young_tokens`` for one request whose count is now ``n``; True if still young."""
-        young = self.young
-        seen = young.get(rid)
-        if seen is None:
-            return False
-        if n == seen:
-            return True
-        if n == 1:
-            self.first_token[rid] = t_ms
-            young[rid] = 1
-            return True
-        if seen == 0:  # two tokens since the last look cannot happen in one pass
-            self.first_token[rid] = t_ms
-        self.second_token[rid] = t_ms
-        del young[rid]
-        return False
-
-    def _start_cohort(self, source: int, ids: npt.NDArray[np.int64], t_ms: float, delta: LockstepDelta) -> None:
-        """After the general path applied a lockstep pass: keep its batch as a lazy cohort."""
-        members = dict(zip(ids.tolist(), self._tokens[ids].tolist()))
-        for rid in delta.leaving:
-            members.pop(rid, None)
-        watch = [rid for rid in self.young if rid in members] if self.young else []
-        self._lazy[source] = _Cohort(delta.serial, t_ms, members, watch)
-
-    def _general_tokens(self, ids: npt.NDArray[np.int64], t_ms: float, source: int) -> None:
-        """Explicit update of every emitted slot (the pre-cohort path).
-
-        Bulk work is five array operations; first and second token times are handled only for
-        the few "young" requests (admitted, fewer than two tokens) with scalar updates, so the
-        per-pass cost does not grow with the batch beyond the vectorised part.
-
-        ``source`` (a decode worker's index, >= 0) enables a shortcut: engines hand out the very
-        same (never mutated) ids array while a lockstep batch keeps its members, so when
-        ``ids`` *is* the array this source emitted last, every member last emitted at that
-        pass's time and the gaps are known without reading ``last_token``.  The result is the
-        same as the general path (one weighted gap).
-        """
-        n = ids.shape[0]
-        tokens = self._tokens
-        tokens[ids] += 1
-        last = self._last
-        if source >= 0:
-            cohort = self._cohort
-            seen = cohort.get(source)
-            cohort[source] = (ids, t_ms)
+            prev_of = self._prev
+            seen = prev_of.get(source)
+            prev_of[source] = (ids, end)
+        if n <= _SMALL_BATCH:
+            # scalar updates on the stdlib arrays (same arithmetic as the numpy path below)
+            rids = ids.tolist()
+            last_a = self._last_a
             if seen is not None and seen[0] is ids:
-                last[ids] = t_ms
-                self.gaps.add_same(t_ms - seen[1], int(n))
-                if self.young:
-                    self._young_tokens(t_ms)
-                return
-        prev = last[ids]  # NaN for a request's first token
-        last[ids] = t_ms
-        lo = _fmin(prev)
-        if lo == _fmax(prev):
-            # Every continuing request last emitted at the same time (lockstep decoding):
-            # one weighted sample instead of one per request.
-            cont = int(np.count_nonzero(prev == prev))
-            if cont:
-                self.gaps.add_same(t_ms - float(lo), cont)
-        elif lo == lo:
-            self.gaps.add_many(t_ms - prev)  # NaNs are dropped at fold time
-        if self.young:
-            self._young_tokens(t_ms)
-
-    def _young_tokens(self, t_ms: float) -> None:
-        """First and second token times of the watched requests (after a pass's increment)."""
-        young = self.young
+                gaps.add_same(first - seen[1], n)
+            else:
+                cont = [p for p in [last_a[r] for r in rids] if p == p]  # not NaN: a gap
+                if cont:
+                    lo = min(cont)
+                    if lo == max(cont):
+                        gaps.add_same(first - lo, len(cont))
+                    else:
+                        gaps.add_many(first - np.array(cont))
+            tokens_a = self._tokens_a
+            k = more + 1
+            for r in rids:
+                last_a[r] = end
+                tokens_a[r] += k
+        else:
+            last = self._last
+            if seen is not None and seen[0] is ids:
+                gaps.add_same(first - seen[1], n)
+            else:
+                prev = last[ids]  # NaN for a request's first token
+                lo_ = _fmin(prev)
+                if lo_ == _fmax(prev):
+                    # Every continuing request last emitted at the same time (lockstep
+                    # decoding): one weighted sample instead of one per request.
+                    c = int(np.count_nonzero(prev == prev))
+                    if c:
+                        gaps.add_same(first - float(lo_), c)
+                elif lo_ == lo_:
+                    gaps.add_many(first - prev)  # NaNs are dropped at fold time
+            last[ids] = end
+            self._tokens[ids] += more + 1
+        if more:
+            assert run_times is not None
+            gaps.add_same_many(run_times[1:] - run_times[:-1], n)
+        young = self._young.get(source)
         if young:
-            done: list[int] = []
-            item = self._tokens.item
-            for rid, seen in young.items():
-                now = item(rid)
-                if now == seen:
-                    continue
-                if now == 1:
-                    self.first_token[rid] = t_ms
-                    young[rid] = 1
+            self._young_tokens(young, first, more, run_times)
+
+    def _young_tokens(self, young: dict[int, int], first: float, more: int, run_times: F64 | None) -> None:
+        """First and second token times of one source's watched requests (after its pass or run
+        incremented their counts; a count that moved is that of an emitted request)."""
+        done: list[int] = []
+        item = self._tokens_a.__getitem__
+        for rid, seen in young.items():
+            now = item(rid)
+            if now == seen:
+                continue
+            if more:  # a run of 1 + more passes: the first at `first`, the second at run_times[1]
+                assert run_times is not None
+                if seen == 0:
+                    self.first_token[rid] = first
+                    self.second_token[rid] = run_times.item(1)
                 else:
-                    if seen == 0:  # two tokens since the last look cannot happen in one pass
-                        self.first_token[rid] = t_ms
-                    self.second_token[rid] = t_ms
-                    done.append(rid)
+                    self.second_token[rid] = first
+                done.append(rid)
+            elif now == 1:
+                self.first_token[rid] = first
+                young[rid] = 1
+            else:
+                if seen == 0:  # two tokens since the last look cannot happen in one pass
+                    self.first_token[rid] = first
+                self.second_token[rid] = first
+                done.append(rid)
+        if done:
+            at = self._young_at
             for rid in done:
                 del young[rid]
+                del at[rid]
 
     def on_terminal(self, request_id: int, status: TerminalStatus, t_ms: float) -> bool:
         """Record a terminal; the first one wins. Returns True if this one was recorded."""
+        if status is TerminalStatus.COMPLETED:
+            # it finished in the pass just counted and emits no more: stop watching it
+            source = self._young_at.pop(request_id, None)
+            if source is not None:
+                del self._young[source][request_id]
         if self.status.item(request_id) != 0:  # INCOMPLETE
             return False
         self.status[request_id] = int(status)

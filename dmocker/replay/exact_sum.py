@@ -16,6 +16,9 @@ __all__ = ["ExactSum"]
 
 _SHIFT = 1126  # every finite float64 is an integer multiple of 2**-(1074 + 52)
 _ONE = 1 << _SHIFT
+_PART = 26  # a 53-bit integer is high * 2**26 + low, |high| < 2**27, 0 <= low < 2**26
+_MASK = (1 << _PART) - 1
+_CHUNK = 1 << 24  # values per bincount: partial sums stay below 2**53 (exact in float64)
 
 
 class ExactSum:
@@ -31,23 +34,37 @@ class ExactSum:
         self._acc += num << (_SHIFT - den.bit_length() + 1)
 
     def add_many(self, xs: npt.NDArray[np.float64]) -> None:
-        """Add every element (finite values)."""
-        if xs.shape[0] == 0:
+        """Add every element (finite values).
+
+        Each value is ``m * 2**(e - 53)`` with a 53-bit integer ``m``; ``m`` is split into a
+        high and a low part of at most 27 bits, and the parts are summed per exponent with
+        ``bincount``, whose float64 sums stay exact (below 2**53 for up to 2**24 values).
+        The few per-exponent sums are then combined in Python integers.
+        """
+        n = int(xs.shape[0])
+        if n == 0:
             return
-        mant, exp = np.frexp(xs)  # xs = mant * 2**exp, 0.5 <= |mant| < 1
+        if n > _CHUNK:
+            for i in range(0, n, _CHUNK):
+                self.add_many(xs[i:i + _CHUNK])
+            return
+        mant, exp = np.frexp(xs)  # xs = mant * 2**exp, 0.5 <= |mant| < 1 (0 for a zero)
         ints = np.ldexp(mant, 53).astype(np.int64)  # exact: 53-bit integers
-        exps = exp.astype(np.int64)
-        lo = int(exps.min())
-        hi = int(exps.max())
-        acc = self._acc
+        high = ints >> _PART
+        low = ints & _MASK
+        lo = int(exp.min())
+        hi = int(exp.max())
         if lo == hi:
-            acc += sum(ints.tolist()) << (lo - 53 + _SHIFT)
+            total = (int(high.sum()) << _PART) + int(low.sum())
         else:
-            for e in range(lo, hi + 1):
-                sel = ints[exps == e]
-                if sel.shape[0]:
-                    acc += sum(sel.tolist()) << (e - 53 + _SHIFT)
-        self._acc = acc
+            k = exp - lo
+            width = hi - lo + 1
+            sh = np.bincount(k, weights=high, minlength=width).tolist()
+            sl = np.bincount(k, weights=low, minlength=width).tolist()
+            total = 0
+            for j in range(width - 1, -1, -1):
+                total = (total << 1) + (int(sh[j]) << _PART) + int(sl[j])
+        self._acc += total << (lo - 53 + _SHIFT)
 
     def value(self) -> float:
         return self._acc / _ONE

@@ -13,7 +13,7 @@ __all__ = ["request_record"]
 def request_record(req: RequestState, c: Collector) -> dict[str, object]:
     """The record of ``req`` (retired, or in flight at a time cap), fields in a fixed order."""
     rid = req.rid
-    n, first_ms, second_ms, last_ms = c.output_of(rid)  # settled (lazy lockstep cohorts)
+    n, first_ms, second_ms, last_ms = c.output_of(rid)
     first = first_ms if n > 0 else None
     last = last_ms if n > 0 else None
     second = second_ms if n > 1 else None

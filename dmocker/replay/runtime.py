@@ -129,10 +129,13 @@ class DisaggRuntime(ActionExecution, CoordinatorIO, RoutingHooks, ClusterControl
         self._acquire_hooks: dict[int, Callable[[], bool]] = {}  # request -> "fail this acquire?"
         self._timer_seq = 0
         # Bulk decode runs (workers compute the passes until their batch changes at once;
-        # see _settle).  Off with a time cap: a run would cross it.
-        # A planner tick reads every worker's latest pass and state, which a bulk run computed
-        # ahead would misreport: with a planner, decode passes run one by one.
-        self._bulk = bulk and max_sim_time_ms is None and planner is None
+        # see _settle).  A planner settles the workers it reads first (settle_worker), so its
+        # ticks see the per-pass state.  Off with a time cap: a run reports its passes' tokens
+        # when it completes, so a run crossing the cap would leave out the passes it ended by
+        # the cap, which the per-pass replay reports; splitting those off at the cap would have
+        # to complete them at their own end times (possibly before the clock) and would wake
+        # the worker's deferred commands early.
+        self._bulk = bulk and max_sim_time_ms is None
         self._pools_started = False  # this time step is past its first pool phase
         self._admission = admission
         self._workers: tuple[list[EngineWorker], list[EngineWorker]] = (prefill_workers, decode_workers)
@@ -436,7 +439,7 @@ class DisaggRuntime(ActionExecution, CoordinatorIO, RoutingHooks, ClusterControl
                 if self._planner is not None:
                     self._planner.on_pass(stage, idx, plan)
                 if plan.admissions:
-                    self._on_pass_start(stage, plan)
+                    self._on_pass_start(stage, plan, idx)
                 if plan.pass_start_kv_events and self._kv_feed and stage == _P:
                     self._routers[_P].on_kv_events(idx, plan.pass_start_kv_events, now)
                 if plan.end_ms <= now:
@@ -481,7 +484,7 @@ class DisaggRuntime(ActionExecution, CoordinatorIO, RoutingHooks, ClusterControl
 
     # ------------------------------------------------------------------ passes
 
-    def _on_pass_start(self, stage: Stage, plan: PassPlan) -> None:
+    def _on_pass_start(self, stage: Stage, plan: PassPlan, idx: int) -> None:
         now = self.now_ms
         live = self._live
         collector = self.collector
@@ -501,7 +504,7 @@ class DisaggRuntime(ActionExecution, CoordinatorIO, RoutingHooks, ClusterControl
                 if req.phase is Phase.QUEUED_PREFILL:
                     req.phase = Phase.RUNNING_PREFILL
             else:
-                collector.on_decode_admit(req.rid)
+                collector.on_decode_admit(req.rid, idx)
                 if req.decode_admit_ms is None:
                     req.decode_admit_ms = now
                     req.decode_reused = adm.reused_input_tokens
@@ -530,7 +533,7 @@ class DisaggRuntime(ActionExecution, CoordinatorIO, RoutingHooks, ClusterControl
                 self._lifecycle(done.lifecycle)
             return
         # Decode: tokens, then terminals, then lifecycle facts (the reference's order).
-        self.collector.on_tokens(done.emitted, now, idx, done.lockstep, done.run_times)
+        self.collector.on_tokens(done.emitted, now, idx, done.run_times)
         if done.finished.shape[0] == 0 and not done.rejected:
             if done.lifecycle:
                 self._lifecycle(done.lifecycle)

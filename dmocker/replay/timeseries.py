@@ -273,11 +273,16 @@ def add_standard_gauges(
     recorder.add_gauge("queue_depth", lambda: (("prefill", depth(prefill)), ("decode", depth(decode))))
 
     def kv() -> list[tuple[str, float]]:
+        # Sampled at boundary ``recorder.next_ms``, ahead of the runtime's clock: a bulk decode
+        # run in flight then holds blocks of passes the per-pass simulation has not started yet,
+        # which kv_usage(at) leaves out (queue depth and in-flight counts do not change inside
+        # a run: nothing joins, waits or finishes in one).
+        at = recorder.next_ms
         out: list[tuple[str, float]] = []
         for role, workers in (("prefill", prefill), ("decode", decode)):
             for i, w in enumerate(workers):
                 if isinstance(w, HandoffWorkerBase):
-                    out.append((f"{role}-{i}", w.kv_usage()))
+                    out.append((f"{role}-{i}", w.kv_usage(at)))
         return out
 
     recorder.add_gauge("kv_usage", kv)

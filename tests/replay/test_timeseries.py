@@ -99,3 +99,20 @@ def test_long_run_stays_bounded() -> None:
     assert ts is not None and ts.duration_ms > 500_000
     assert all(s.values.shape[0] <= 1024 for s in ts.series.values())
     assert ts.bucket_ms > 100.0
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+@pytest.mark.parametrize("planner", [None, "load"])
+def test_bulk_runs_sample_what_the_per_pass_replay_shows(engine: str, planner: str | None) -> None:
+    """A bucket boundary inside a bulk decode run samples the per-pass state (KV taken pass by
+    pass, not the whole run's at its start): every series equals the per-pass replay's."""
+    kw = dict(synthetic=60, rate=10.0, isl_mean=600, osl_mean=300, block_size=16, engine=engine,
+              decode_workers=2, timeseries=True, planner=planner, load_interval_s=0.5)
+    bulk, per_pass = run(**kw, bulk=True), run(**kw, bulk=False)  # type: ignore[arg-type]
+    assert bulk.to_json() == per_pass.to_json()
+    a, b = bulk.timeseries, per_pass.timeseries
+    assert a is not None and b is not None and a.series.keys() == b.series.keys()
+    for name, got in a.series.items():
+        want = b.series[name]
+        assert got.labels == want.labels, name
+        assert np.array_equal(got.values, want.values, equal_nan=True), name

@@ -282,8 +282,11 @@ class PlannerLoop:
             queued[idx] = queued.get(idx, 0) + tokens
         snaps = []
         for idx in sorted(pool.active + pool.draining):
+            # A bulk decode run leaves the worker ahead of the clock: cut it at the tick first,
+            # so the snapshot is exactly the per-pass replay's.
+            in_flight = rt.settle_worker(stage, idx)
             snaps.append(_snapshot(rt.worker(stage, idx), idx, pool.state(idx), queued.get(idx, 0),
-                                   self._last_pass[stage_i].get(idx)))
+                                   _last_pass(self._last_pass[stage_i].get(idx), in_flight)))
         return PoolMetrics(
             active=len(pool.active),
             starting=len(pool.starting),
@@ -389,7 +392,25 @@ def _check_count(name: str, value: object, tick: int, now_ms: float) -> int | No
     return value
 
 
-def _snapshot(w: EngineWorker, idx: int, state: WorkerState, queued: int, last: PassPlan | None) -> WorkerSnapshot:
+def _last_pass(plan: PassPlan | None, in_flight: tuple[float, float] | None) -> tuple[float, float, int, int] | None:
+    """The worker's latest forward pass as ``(start, end, prefill tokens, decode tokens)``.
+
+    ``plan`` is the latest pass plan the worker returned; when it is a bulk decode run
+    (``last_start_ms`` set), its latest pass is the last one of the run as cut so far: the pass
+    in flight (``in_flight``, read after settling the worker at the tick), else the run's last
+    pass as planned.  Every pass of a run decodes the same batch and computes no prompt token.
+    """
+    if plan is None:
+        return None
+    if plan.last_start_ms is None:
+        return plan.start_ms, plan.end_ms, plan.prefill_tokens, plan.decode_tokens
+    if in_flight is not None:
+        return in_flight[0], in_flight[1], 0, plan.decode_tokens
+    return plan.last_start_ms, plan.end_ms, 0, plan.decode_tokens
+
+
+def _snapshot(w: EngineWorker, idx: int, state: WorkerState, queued: int,
+              last: tuple[float, float, int, int] | None) -> WorkerSnapshot:
     # The mock engines expose num_running / num_waiting and their block pool; other workers
     # (test doubles) may not, and report zeros.
     running = int(getattr(w, "num_running", 0))
@@ -406,8 +427,8 @@ def _snapshot(w: EngineWorker, idx: int, state: WorkerState, queued: int, last: 
         kv_total_blocks=total,
         kv_usage=used / total if total > 0 else 0.0,
         queued_tokens=queued,
-        last_pass_start_ms=last.start_ms if last is not None else None,
-        last_pass_ms=last.end_ms - last.start_ms if last is not None else None,
-        last_pass_prefill_tokens=last.prefill_tokens if last is not None else 0,
-        last_pass_decode_tokens=last.decode_tokens if last is not None else 0,
+        last_pass_start_ms=last[0] if last is not None else None,
+        last_pass_ms=last[1] - last[0] if last is not None else None,
+        last_pass_prefill_tokens=last[2] if last is not None else 0,
+        last_pass_decode_tokens=last[3] if last is not None else 0,
     )
