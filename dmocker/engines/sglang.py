@@ -713,7 +713,7 @@ class SglangWorker(HandoffWorkerBase[_SReq]):
             for h in r.cached:
                 ref_count[h] = ref_count.get(h, 0) + 1
         assert private == self.pool.private_blocks, (private, self.pool.private_blocks)
-        for h, c in self.pool.refs.items():
+        for h, c in self.pool.ref_counts().items():
             assert ref_count.get(h, 0) == c, (h, c)
         assert len(self._running) <= self.args.max_num_seqs
         assert self._min_ratio <= self.new_token_ratio <= self._init_ratio

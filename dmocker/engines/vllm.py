@@ -862,7 +862,7 @@ class VllmWorker(HandoffWorkerBase[_Req]):
             for h in r.cached:
                 ref_count[h] = ref_count.get(h, 0) + 1
         assert private == self.pool.private_blocks, (private, self.pool.private_blocks)
-        for h, c in self.pool.refs.items():
+        for h, c in self.pool.ref_counts().items():
             assert ref_count.get(h, 0) == c, (h, c, ref_count.get(h, 0))
         assert len(self._run) <= self.args.max_num_seqs
         if self._lock and self._rid_arr is not None:  # the cached batch array is the batch

@@ -132,7 +132,7 @@ class EngineMachine(RuleBasedStateMachine):
         for w in (self.p, self.d):
             assert w.is_drained(), w
             pool = w.pool  # type: ignore[attr-defined]
-            assert pool.free + len(pool.inactive) == pool.total
+            assert pool.free + pool.num_inactive == pool.total
             w.check_invariants()  # type: ignore[attr-defined]
 
 

@@ -80,7 +80,7 @@ def test_source_hold_keeps_kv_until_release() -> None:
     assert p.start_pass(c.end_ms) is None
     e = p.release_source("h")
     assert e.result is CommandResult.APPLIED and e.kv_events == ()  # release emits nothing
-    assert p.pool.num_active_blocks == 0 and len(p.pool.inactive) == 2
+    assert p.pool.num_active_blocks == 0 and p.pool.num_inactive == 2
     assert p.release_source("h").result is CommandResult.NOOP
     assert p.is_drained()
     p.check_invariants()
