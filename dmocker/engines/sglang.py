@@ -68,7 +68,7 @@ from dmocker.engines.interface import (
     WorkerType,
     empty_ids,
 )
-from dmocker.engines.timing import PassTiming, run_end_times
+from dmocker.engines.timing import PassTiming
 
 __all__ = ["SglangWorker"]
 
@@ -364,15 +364,15 @@ class SglangWorker(HandoffWorkerBase[_SReq]):
             tail = not any(batch[i].source for i in np.flatnonzero(left == n_pass).tolist())
         if not tail:
             n_pass -= 1
-        npg_end = np.maximum(npg, -(-(seq + n_pass) // page))
-        need = int((npg_end - npg).sum())
+        npg_end = np.maximum(npg, (seq + (n_pass + page - 1)) // page)  # pages for seq + n_pass
+        need = int(np.add.reduce(npg_end - npg))
         if need > pool.available:
             if not tail:
                 return None
             tail = False  # the per-pass path decides the finishing pass
             n_pass -= 1
-            npg_end = np.maximum(npg, -(-(seq + n_pass) // page))
-            need = int((npg_end - npg).sum())
+            npg_end = np.maximum(npg, (seq + (n_pass + page - 1)) // page)
+            need = int(np.add.reduce(npg_end - npg))
             if need > pool.available:
                 return None
         if n_pass < 2:
@@ -389,8 +389,11 @@ class SglangWorker(HandoffWorkerBase[_SReq]):
             self._a_rid = np.concatenate((self._a_rid, [r.rid for r in promote])).astype(np.int64, copy=False)
             admissions = tuple(adm)
         n = len(self._running)
-        active = np.minimum(int(seq.sum()) + n * np.arange(n_pass, dtype=np.int64), self._total_tokens)
-        times = run_end_times(now_ms, self._timing.decode_ms_many(n, active))
+        # summed sequence lengths before each pass (the per-pass step caps them at the pool's
+        # tokens; the timing model's own cap at 1.0 gives the same floats)
+        active0 = int(np.add.reduce(seq))
+        times = self._timing.run_end_times(
+            now_ms, n, np.arange(active0, active0 + n * n_pass, n, dtype=np.int64))
         free, evicted = pool.take_undoable(need)
         run = _Run(now_ms, times, seq.copy() if promote is None else seq,
                    npg.copy() if promote is None else npg, self.new_token_ratio, need, free, evicted)
@@ -437,8 +440,8 @@ class SglangWorker(HandoffWorkerBase[_SReq]):
             return None
         self._tail = False  # the finishing pass was cut off: they keep running
         seq = run.seq + keep
-        npg = np.maximum(run.npg, -(-seq // self._page))
-        need = int((npg - run.npg).sum())
+        npg = np.maximum(run.npg, (seq + (self._page - 1)) // self._page)
+        need = int(np.add.reduce(npg - run.npg))
         evicted = self.pool.untake(run.free, run.evicted, run.need, need)
         self._a_seq, self._a_npg = seq, npg
         self.new_token_ratio = run.ratio

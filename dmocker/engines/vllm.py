@@ -42,7 +42,9 @@ paths implement the same rules, and a test replays random workloads through both
 from __future__ import annotations
 
 import enum
+from bisect import bisect_right
 from collections import deque
+from itertools import accumulate
 from typing import Hashable
 
 import numpy as np
@@ -68,11 +70,24 @@ from dmocker.engines.interface import (
     WorkerType,
     empty_ids,
 )
-from dmocker.engines.timing import PassTiming, run_end_times
+from dmocker.engines.timing import PassTiming
 
 __all__ = ["VllmWorker"]
 
 I64 = npt.NDArray[np.int64]
+
+# A bulk run's block demand: prefix sums of the per-pass demand over one bucket cycle (from its
+# first pass), and how many fewer blocks its first pass takes (joiners).
+_Demand = tuple[list[int], int]
+
+
+def _blocks_through(demand: _Demand, passes: int) -> int:
+    """Blocks the first ``passes`` passes of a bulk run take."""
+    cum, adj = demand
+    cycle = len(cum) - 1
+    if passes <= 0:
+        return 0
+    return (passes // cycle) * cum[cycle] + cum[passes % cycle] - adj
 
 
 
@@ -172,7 +187,7 @@ class VllmWorker(HandoffWorkerBase[_Req]):
         self.exact_passes = 0
         # the bulk decode run in flight: (start ms, pass end times, K before, blocks taken by
         # the end of each pass, free blocks before, blocks evicted)
-        self._bulk: tuple[float, npt.NDArray[np.float64], int, I64, int, list[int]] | None = None
+        self._bulk: tuple[float, npt.NDArray[np.float64], int, _Demand, int, list[int]] | None = None
         self.bulk_runs = 0
         self.bulk_joins = 0  # runs whose first pass admits activated requests
         self.bulk_tails = 0  # runs whose last pass finishes requests
@@ -283,36 +298,33 @@ class VllmWorker(HandoffWorkerBase[_Req]):
         n_pass = kf - K  # through the first pass in which somebody finishes
         if n_pass < 2:
             return None
+        # Block demand of pass k + i is rot[i % bs] (a request's bucket comes round every bs
+        # passes), so the blocks the first j passes take have a closed form (_blocks_through).
         bcount = self._bcount
-        if joiners is None:
-            demand = np.array(bcount, dtype=np.int64)
-            first = -1
-        else:
-            demand = np.array(bcount, dtype=np.int64)
-            first = bcount[k % bs]  # joiners need no block in the pass that admits them
+        k0 = k % bs
+        rot = bcount[k0:] + bcount[:k0]
+        adj = 0
+        if joiners is not None:
+            first = rot[0]
             for r in joiners:
-                demand[(1 + k - r.prompt) % bs] += 1
-        ks = np.arange(k, k + n_pass, dtype=np.int64)
-        per_pass = demand[ks % bs]
-        if first >= 0:
-            per_pass[0] = first
-        need = np.cumsum(per_pass)
+                rot[(1 - r.prompt) % bs] += 1  # its bucket (1 + k - prompt) % bs, relative to k
+            adj = rot[0] - first  # joiners need no block in the pass that admits them
+        demand = (list(accumulate(rot, initial=0)), adj)
+        need = _blocks_through(demand, n_pass)
         available = self.pool.available
         tail = kf
-        if int(need[-1]) > available:
-            n_pass = int(np.searchsorted(need, available, side="right"))
+        if need > available:
+            n_pass = bisect_right(range(n_pass + 1), available, key=lambda j: _blocks_through(demand, j)) - 1
             if n_pass < 2:
                 return None
-            ks = ks[:n_pass]
-            need = need[:n_pass]
+            need = _blocks_through(demand, n_pass)
             tail = -1
         elif any(r.source for r in finish_at.get(kf, ())):
             tail = -1  # a held source's SourceHeld belongs to its own pass: stop before it
             n_pass -= 1
             if n_pass < 2:
                 return None
-            ks = ks[:n_pass]
-            need = need[:n_pass]
+            need = _blocks_through(demand, n_pass)
         admissions: tuple[Admission, ...] = ()
         if joiners is not None:
             self._waiting.clear()
@@ -334,9 +346,11 @@ class VllmWorker(HandoffWorkerBase[_Req]):
             if self._rid_arr is not None:
                 self._rid_arr = np.concatenate((self._rid_arr, np.array(joined, dtype=np.int64)))
             admissions = tuple(adm)
-        times = run_end_times(now_ms, self._timing.decode_ms_many(n, self._sum_po + n * (ks - 1)))
-        free, evicted = self.pool.take_undoable(int(need[-1]))
-        self._bulk = (now_ms, times, K, need, free, evicted)
+        active0 = self._sum_po + n * K  # summed sequence lengths before pass k's sample
+        times = self._timing.run_end_times(
+            now_ms, n, np.arange(active0, active0 + n * n_pass, n, dtype=np.int64))
+        free, evicted = self.pool.take_undoable(need)
+        self._bulk = (now_ms, times, K, demand, free, evicted)
         self._tail = tail
         self._K = K + n_pass
         self._ls_k = self._K
@@ -383,7 +397,7 @@ class VllmWorker(HandoffWorkerBase[_Req]):
         run = self._bulk
         if run is None:
             return None
-        start, times, K, need, free, evicted = run
+        start, times, K, demand, free, evicted = run
         total = int(times.shape[0])
         keep = cut_point(times, now_ms, started)
         if keep >= total:
@@ -391,7 +405,7 @@ class VllmWorker(HandoffWorkerBase[_Req]):
                 self._end_run_tail()
             return None
         self._tail = -1  # the finishing pass was cut off: they keep running
-        evicted = self.pool.untake(free, evicted, int(need[-1]), int(need[keep - 1]))
+        evicted = self.pool.untake(free, evicted, _blocks_through(demand, total), _blocks_through(demand, keep))
         self._K = K + keep
         self._ls_k = self._K
         self.lockstep_passes -= total - keep
@@ -400,7 +414,7 @@ class VllmWorker(HandoffWorkerBase[_Req]):
         assert self._completion is not None
         self._completion = PassCompletion(end_ms=end, emitted=self._completion.emitted,
                                           run_times=kept if keep >= 2 else None)
-        self._bulk = (start, kept, K, need[:keep], free, evicted) if keep >= 2 else None
+        self._bulk = (start, kept, K, demand, free, evicted) if keep >= 2 else None
         return end, float(kept[-2]) if keep >= 2 else start
 
     def finish_pass(self) -> PassCompletion:
