@@ -444,7 +444,7 @@ class EngineWorker(Protocol):
         ``bulk``: the worker may compute a whole *run* of decode passes at once when every
         pass until the batch next changes is determined (see ``PassCompletion.run_times``);
         the caller must then call :meth:`split_run` before anything else touches the worker.
-        A run goes on until the batch itself changes (the pass before the next completion, or
+        A run goes on until the batch itself changes (through the next completion, or
         as far as the pool surely covers): what reaches the worker from outside cuts it then.
         """
         ...

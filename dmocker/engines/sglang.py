@@ -68,7 +68,7 @@ from dmocker.engines.interface import (
     WorkerType,
     empty_ids,
 )
-from dmocker.engines.timing import PassTiming, run_end_times
+from dmocker.engines.timing import PassTiming
 
 __all__ = ["SglangWorker"]
 
@@ -172,7 +172,10 @@ class SglangWorker(HandoffWorkerBase[_SReq]):
         self.oom_resets = 0
         self.vectorized_passes = 0
         self._bulk: _Run | None = None  # the bulk decode run in flight (start_pass(bulk=True))
+        self._tail = False  # the run's last pass finishes requests, applied once it has started
         self.bulk_runs = 0
+        self.bulk_joins = 0  # runs whose first pass admits activated requests
+        self.bulk_tails = 0  # runs whose last pass finishes requests
 
     # --- hooks of the shared handoff bookkeeping (handoff_base) --------------------------------
 
@@ -228,7 +231,7 @@ class SglangWorker(HandoffWorkerBase[_SReq]):
             raise RuntimeError(f"worker {self.worker_idx} is already mid-pass")
         if not self.has_work():
             return None
-        if (bulk and self._running and not self._prebuilt and not self._waiting and not self._pending
+        if (bulk and (self._running or self._prebuilt) and not self._waiting and not self._pending
                 and not self._record and not self._lifecycle and self._allow_vec):
             plan = self._start_run(now_ms)
             if plan is not None:
@@ -312,6 +315,8 @@ class SglangWorker(HandoffWorkerBase[_SReq]):
             raise RuntimeError(f"worker {self.worker_idx} has no pass in flight")
         self._busy = False
         self._bulk = None
+        if self._tail:
+            self._end_run_tail()
         c = self._completion
         self._completion = None
         retry = self._retry_destinations() if self._pending else []
@@ -325,38 +330,95 @@ class SglangWorker(HandoffWorkerBase[_SReq]):
     # --- bulk decode runs ---------------------------------------------------------------------
 
     def _start_run(self, now_ms: float) -> PassPlan | None:
-        """Every running request decodes, nothing is queued: until the first request finishes,
-        each pass is the vectorised decode step with a known batch, so the passes before that
-        one are computed at once (None: fewer than two such passes, or the pool might not
-        cover them and the per-pass path decides)."""
+        """Every running request decodes, nothing is queued but activated destinations that
+        all join now: until the first request finishes, each pass is the vectorised decode
+        step with a known batch, so the passes through that one are computed at once (None:
+        fewer than two such passes, or the pool might not cover them and the per-pass path
+        decides).  The first pass promotes the joiners, as a decode pass does; the completions
+        of the last pass are applied once it is known to have started (:meth:`_end_run_tail`,
+        from :meth:`split_run` or :meth:`finish_pass`), so a run cut before it leaves them
+        running."""
+        promote: list[_SReq] | None = None
+        if self._prebuilt:
+            promote = list(self._prebuilt)
+            if len(self._running) + len(promote) > self.args.max_num_seqs:
+                return None
+            for r in promote:
+                if r.pub < len(r.hashes) or r.materialized != r.seq or r.seq >= r.prompt + r.maxout:
+                    return None
         if not self._vec and not self._vec_load():
             return None
-        seq, npg = self._a_seq, self._a_npg
-        n_pass = int((self._a_end - seq).min()) - 1  # the pass after these finishes someone
+        seq, npg, ends = self._a_seq, self._a_npg, self._a_end
+        if promote is not None:
+            seq = np.concatenate((seq, [r.seq for r in promote])).astype(np.int64, copy=False)
+            npg = np.concatenate((npg, [r.npages for r in promote])).astype(np.int64, copy=False)
+            ends = np.concatenate((ends, [r.prompt + r.maxout for r in promote])).astype(np.int64, copy=False)
+        left = ends - seq
+        n_pass = int(left.min())  # through the pass in which somebody finishes
+        page = self._page
+        pool = self.pool
+        # a held source's SourceHeld belongs to its own pass: stop before it (prefill side)
+        tail = True
+        if self._sources:
+            batch = self._running + promote if promote is not None else self._running
+            tail = not any(batch[i].source for i in np.flatnonzero(left == n_pass).tolist())
+        if not tail:
+            n_pass -= 1
+        npg_end = np.maximum(npg, (seq + (n_pass + page - 1)) // page)  # pages for seq + n_pass
+        need = int(np.add.reduce(npg_end - npg))
+        if need > pool.available:
+            if not tail:
+                return None
+            tail = False  # the per-pass path decides the finishing pass
+            n_pass -= 1
+            npg_end = np.maximum(npg, (seq + (n_pass + page - 1)) // page)
+            need = int(np.add.reduce(npg_end - npg))
+            if need > pool.available:
+                return None
         if n_pass < 2:
             return None
+        admissions: tuple[Admission, ...] = ()
+        if promote is not None:
+            adm: list[Admission] = []
+            for r in promote:
+                r.status = _St.RUNNING
+                adm.append(Admission(r.rid, 0))
+            self._prebuilt.clear()
+            self._running.extend(promote)
+            self._a_end = ends
+            self._a_rid = np.concatenate((self._a_rid, [r.rid for r in promote])).astype(np.int64, copy=False)
+            admissions = tuple(adm)
         n = len(self._running)
-        page = self._page
-        npg_end = np.maximum(npg, -(-(seq + n_pass) // page))
-        need = int((npg_end - npg).sum())
-        pool = self.pool
-        if need > pool.available:
-            return None
-        active = np.minimum(int(seq.sum()) + n * np.arange(n_pass, dtype=np.int64), self._total_tokens)
-        times = run_end_times(now_ms, self._timing.decode_ms_many(n, active))
+        # summed sequence lengths before each pass (the per-pass step caps them at the pool's
+        # tokens; the timing model's own cap at 1.0 gives the same floats)
+        active0 = int(np.add.reduce(seq))
+        times = self._timing.run_end_times(
+            now_ms, n, np.arange(active0, active0 + n * n_pass, n, dtype=np.int64))
         free, evicted = pool.take_undoable(need)
-        run = _Run(now_ms, times, seq.copy(), npg.copy(), self.new_token_ratio, need, free, evicted)
+        run = _Run(now_ms, times, seq.copy() if promote is None else seq,
+                   npg.copy() if promote is None else npg, self.new_token_ratio, need, free, evicted)
         self._a_seq = seq + n_pass
         self._a_npg = npg_end
         self._decay_ratio(n_pass)
         self.vectorized_passes += n_pass
         self.bulk_runs += 1
+        self.bulk_joins += promote is not None
+        self.bulk_tails += tail
         self._bulk = run
+        self._tail = tail
         end = float(times[-1])
-        self._completion = PassCompletion(end_ms=end, emitted=self._a_rid, run_times=times)
+        finished = self._a_rid[left == n_pass] if tail else empty_ids()
+        self._completion = PassCompletion(end_ms=end, emitted=self._a_rid, finished=finished,
+                                          run_times=times)
         self._busy = True
-        return PassPlan(start_ms=now_ms, end_ms=end, decode_tokens=n,
+        return PassPlan(start_ms=now_ms, end_ms=end, admissions=admissions, decode_tokens=n,
                         last_start_ms=float(times[-2]))
+
+    def _end_run_tail(self) -> None:
+        """The run's last pass has started: the requests it finishes complete (what the decode
+        step does after it)."""
+        self._tail = False
+        self._retire_done(self._a_seq >= self._a_end, [])
 
     def _decay_ratio(self, passes: int) -> None:
         ratio, floor, decay = self.new_token_ratio, self._min_ratio, self._decay
@@ -373,10 +435,13 @@ class SglangWorker(HandoffWorkerBase[_SReq]):
         total = int(times.shape[0])
         keep = cut_point(times, now_ms, started)
         if keep >= total:
+            if self._tail:
+                self._end_run_tail()
             return None
+        self._tail = False  # the finishing pass was cut off: they keep running
         seq = run.seq + keep
-        npg = np.maximum(run.npg, -(-seq // self._page))
-        need = int((npg - run.npg).sum())
+        npg = np.maximum(run.npg, (seq + (self._page - 1)) // self._page)
+        need = int(np.add.reduce(npg - run.npg))
         evicted = self.pool.untake(run.free, run.evicted, run.need, need)
         self._a_seq, self._a_npg = seq, npg
         self.new_token_ratio = run.ratio
@@ -557,23 +622,30 @@ class SglangWorker(HandoffWorkerBase[_SReq]):
         emitted = self._a_rid
         done = seq >= self._a_end
         if np.count_nonzero(done):
-            idx = np.flatnonzero(done).tolist()
-            completed = [run[i] for i in idx]
-            seq_l, npg_l = seq[idx].tolist(), npg[idx].tolist()
-            for r, s_, p_ in zip(completed, seq_l, npg_l):
-                r.materialized += s_ - r.seq
-                r.seq = s_
-                r.npages = p_
-            keep = ~done
-            self._running = list(compress(run, keep.tolist()))
-            self._a_seq = seq[keep]
-            self._a_npg = npg[keep]
-            self._a_end = self._a_end[keep]
-            self._a_rid = self._a_rid[keep]
-            for r in completed:
-                finished.append(r.rid)
-                self._complete(r)
+            self._retire_done(done, finished)
         return decode_ms, emitted
+
+    def _retire_done(self, done: npt.NDArray[np.bool_], finished: list[int]) -> None:
+        """Running requests marked in ``done`` (at least one) finished their last decode step:
+        write their state back, drop them from the batch and the arrays, complete them."""
+        run = self._running
+        seq, npg = self._a_seq, self._a_npg
+        idx = np.flatnonzero(done).tolist()
+        completed = [run[i] for i in idx]
+        seq_l, npg_l = seq[idx].tolist(), npg[idx].tolist()
+        for r, s_, p_ in zip(completed, seq_l, npg_l):
+            r.materialized += s_ - r.seq
+            r.seq = s_
+            r.npages = p_
+        keep = ~done
+        self._running = list(compress(run, keep.tolist()))
+        self._a_seq = seq[keep]
+        self._a_npg = npg[keep]
+        self._a_end = self._a_end[keep]
+        self._a_rid = self._a_rid[keep]
+        for r in completed:
+            finished.append(r.rid)
+            self._complete(r)
 
     def _decode_step(self, batch: list[_SReq], emitted: list[int], finished: list[int]) -> tuple[float, bool]:
         """One decode step over ``batch`` (in place); returns (decode ms, retracted any)."""

@@ -93,6 +93,38 @@ class PassTiming:
         return ms / self._decode_div
 
 
+    def run_end_times(self, start_ms: float, batch_size: int,
+                      active_kv_tokens: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+        """End times of back-to-back decode passes of one batch at these active-KV values: the
+        module's :func:`run_end_times` of :meth:`decode_ms_many`, the same floats, computed in
+        one buffer with one temporary (it runs once per bulk run, on short arrays, where numpy's
+        per-operation cost is what counts)."""
+        n = int(active_kv_tokens.shape[0])
+        out = np.empty(n + 1, dtype=np.float64)
+        ms = out[1:]
+        if batch_size <= 0:
+            ms.fill(0.0)
+        elif self._fixed:
+            ms.fill(self._fixed_decode)
+            ms /= self._decode_div
+        elif self._total_kv > 0:
+            p = active_kv_tokens / self._total_kv
+            np.minimum(p, 1.0, out=p)
+            np.multiply(p, -25.74, out=ms)  # -25.74 * p * p + 54.01 * p + 5.74, in that order
+            ms *= p
+            p *= 54.01
+            ms += p
+            ms += 5.74
+            np.maximum(ms, 1.0, out=ms)
+            ms /= self._decode_div
+        else:
+            ms.fill(polynomial_decode_ms(0, 0))
+            ms /= self._decode_div
+        out[0] = start_ms
+        np.cumsum(out, out=out)
+        return out[1:]
+
+
 def run_end_times(start_ms: float, durations: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     """End times of back-to-back passes: ``((start + d1) + d2) + ...``, summed in order, so each
     equals what pass-by-pass ``end = start + duration`` produces (``cumsum`` accumulates

@@ -42,7 +42,9 @@ paths implement the same rules, and a test replays random workloads through both
 from __future__ import annotations
 
 import enum
+from bisect import bisect_right
 from collections import deque
+from itertools import accumulate
 from typing import Hashable
 
 import numpy as np
@@ -67,11 +69,24 @@ from dmocker.engines.interface import (
     WorkerType,
     empty_ids,
 )
-from dmocker.engines.timing import PassTiming, run_end_times
+from dmocker.engines.timing import PassTiming
 
 __all__ = ["VllmWorker"]
 
 I64 = npt.NDArray[np.int64]
+
+# A bulk run's block demand: prefix sums of the per-pass demand over one bucket cycle (from its
+# first pass), and how many fewer blocks its first pass takes (joiners).
+_Demand = tuple[list[int], int]
+
+
+def _blocks_through(demand: _Demand, passes: int) -> int:
+    """Blocks the first ``passes`` passes of a bulk run take."""
+    cum, adj = demand
+    cycle = len(cum) - 1
+    if passes <= 0:
+        return 0
+    return (passes // cycle) * cum[cycle] + cum[passes % cycle] - adj
 
 
 
@@ -168,8 +183,11 @@ class VllmWorker(HandoffWorkerBase[_Req]):
         self.exact_passes = 0
         # the bulk decode run in flight: (start ms, pass end times, K before, blocks taken by
         # the end of each pass, free blocks before, blocks evicted)
-        self._bulk: tuple[float, npt.NDArray[np.float64], int, I64, int, list[int]] | None = None
+        self._bulk: tuple[float, npt.NDArray[np.float64], int, _Demand, int, list[int]] | None = None
         self.bulk_runs = 0
+        self.bulk_joins = 0  # runs whose first pass admits activated requests
+        self.bulk_tails = 0  # runs whose last pass finishes requests
+        self._tail = -1  # the run's last pass finishes requests, applied once it has started
 
     # --- hooks of the shared handoff bookkeeping (handoff_base) --------------------------------
 
@@ -225,7 +243,7 @@ class VllmWorker(HandoffWorkerBase[_Req]):
         if not self._run and not self._waiting:
             return None
         k = self._K + 1
-        if (bulk and self._lock and not self._waiting and not self._pending and not self._record
+        if (bulk and self._lock and not self._pending and not self._record
                 and self._logical_kv and not self._is_prefill and not self._lifecycle):
             plan = self._start_run(now_ms)
             if plan is not None:
@@ -239,47 +257,150 @@ class VllmWorker(HandoffWorkerBase[_Req]):
         return self._exact_pass(now_ms, k)
 
     def _start_run(self, now_ms: float) -> PassPlan | None:
-        """Lockstep with nothing queued: every pass until the next completion is determined
-        (the batch, each pass's block demand, its decode time), so those passes are computed at
-        once, as far as the pool surely covers their blocks (None: fewer than two)."""
-        n = len(self._run)
-        if n > self.args.max_num_batched_tokens or not self._finish_at:
-            return None
+        """Lockstep with nothing queued but activated destinations that all join now: every
+        pass through the next completion is determined (the batch, each pass's block demand,
+        its decode time), so those passes are computed at once, as far as the pool surely
+        covers their blocks (None: fewer than two).  The first pass admits the joiners (as a
+        lockstep pass does: they need no block in it); the last pass may be the one where
+        requests finish: that completion is applied when the run's last pass is known to have
+        started (:meth:`_end_run_tail`, from :meth:`split_run` or :meth:`finish_pass`), so a run
+        cut before it leaves them running."""
+        run = self._run
+        n = len(run)
+        mbt = self.args.max_num_batched_tokens
         K = self._K
-        n_pass = min(self._finish_at) - 1 - K
+        k = K + 1
+        bs = self._bs
+        finish_at = self._finish_at
+        kf = min(finish_at) if finish_at else -1
+        joiners: list[_Req] | None = None
+        if self._waiting:
+            joiners = list(self._waiting)
+            n += len(joiners)
+            if n > mbt or n > self.args.max_num_seqs:
+                return None
+            mml = self._mml
+            for r in joiners:
+                # materialized (no prefill), not rejected, and emitting at least twice
+                if (r.computed < r.prompt or r.nblocks * bs < r.prompt or r.limit < 2
+                        or (mml is not None and r.prompt >= mml)):
+                    return None
+                if kf < 0 or r.limit + K < kf:
+                    kf = r.limit + K  # its finishing pass: limit - off with off = 1 - k
+        elif n > mbt:
+            return None
+        if kf < 0:
+            return None
+        n_pass = kf - K  # through the first pass in which somebody finishes
         if n_pass < 2:
             return None
-        bs = self._bs
-        ks = np.arange(K + 1, K + 1 + n_pass, dtype=np.int64)
-        need = np.cumsum(np.array(self._bcount, dtype=np.int64)[ks % bs])
+        # Block demand of pass k + i is rot[i % bs] (a request's bucket comes round every bs
+        # passes), so the blocks the first j passes take have a closed form (_blocks_through).
+        bcount = self._bcount
+        k0 = k % bs
+        rot = bcount[k0:] + bcount[:k0]
+        adj = 0
+        if joiners is not None:
+            first = rot[0]
+            for r in joiners:
+                rot[(1 - r.prompt) % bs] += 1  # its bucket (1 + k - prompt) % bs, relative to k
+            adj = rot[0] - first  # joiners need no block in the pass that admits them
+        demand = (list(accumulate(rot, initial=0)), adj)
+        need = _blocks_through(demand, n_pass)
         available = self.pool.available
-        if int(need[-1]) > available:
-            n_pass = int(np.searchsorted(need, available, side="right"))
+        tail = kf
+        if need > available:
+            n_pass = bisect_right(range(n_pass + 1), available, key=lambda j: _blocks_through(demand, j)) - 1
             if n_pass < 2:
                 return None
-            ks = ks[:n_pass]
-            need = need[:n_pass]
-        times = run_end_times(now_ms, self._timing.decode_ms_many(n, self._sum_po + n * (ks - 1)))
-        free, evicted = self.pool.take_undoable(int(need[-1]))
-        self._bulk = (now_ms, times, K, need, free, evicted)
+            need = _blocks_through(demand, n_pass)
+            tail = -1
+        elif any(r.source for r in finish_at.get(kf, ())):
+            tail = -1  # a held source's SourceHeld belongs to its own pass: stop before it
+            n_pass -= 1
+            if n_pass < 2:
+                return None
+            need = _blocks_through(demand, n_pass)
+        admissions: tuple[Admission, ...] = ()
+        if joiners is not None:
+            self._waiting.clear()
+            adm: list[Admission] = []
+            joined: list[int] = []
+            sum_po = self._sum_po
+            for r in joiners:
+                r.status = _St.RUNNING
+                adm.append(Admission(r.rid, 0))
+                run[r.rid] = r
+                r.off = 1 - k
+                r.bkt = (2 - r.prompt - r.off) % bs
+                bcount[r.bkt] += 1
+                sum_po += r.prompt + r.off
+                r.kf = r.limit - r.off
+                finish_at.setdefault(r.kf, []).append(r)
+                joined.append(r.rid)
+            self._sum_po = sum_po
+            if self._rid_arr is not None:
+                self._rid_arr = np.concatenate((self._rid_arr, np.array(joined, dtype=np.int64)))
+            admissions = tuple(adm)
+        active0 = self._sum_po + n * K  # summed sequence lengths before pass k's sample
+        times = self._timing.run_end_times(
+            now_ms, n, np.arange(active0, active0 + n * n_pass, n, dtype=np.int64))
+        free, evicted = self.pool.take_undoable(need)
+        self._bulk = (now_ms, times, K, demand, free, evicted)
+        self._tail = tail
         self._K = K + n_pass
         self.lockstep_passes += n_pass
         self.bulk_runs += 1
+        self.bulk_joins += joiners is not None
+        self.bulk_tails += tail >= 0
         end = float(times[-1])
-        self._completion = PassCompletion(end_ms=end, emitted=self._running_ids(), run_times=times)
+        finished = empty_ids()
+        if tail >= 0:
+            finished = np.array([r.rid for r in finish_at[tail]], dtype=np.int64)
+        self._completion = PassCompletion(end_ms=end, emitted=self._running_ids(), finished=finished,
+                                          run_times=times)
         self._busy = True
-        return PassPlan(start_ms=now_ms, end_ms=end, decode_tokens=n, last_start_ms=float(times[-2]))
+        return PassPlan(start_ms=now_ms, end_ms=end, admissions=admissions, decode_tokens=n,
+                        last_start_ms=float(times[-2]))
+
+    def _end_run_tail(self) -> None:
+        """The run's last pass has started: its finishing requests complete (what the lockstep
+        pass does at its start for them)."""
+        k = self._tail
+        self._tail = -1
+        finishing = self._finish_at.pop(k)
+        run = self._run
+        bs = self._bs
+        bcount = self._bcount
+        emitted = self._running_ids()
+        keep = emitted != finishing[0].rid
+        for r in finishing[1:]:
+            keep &= emitted != r.rid
+        for r in finishing:
+            del run[r.rid]
+            bcount[r.bkt] -= 1
+            self._sum_po -= r.prompt + r.off
+            r.seq = r.prompt + r.limit
+            r.computed = r.seq - 1
+            r.nblocks = ceil_div(r.computed, bs)
+            self._complete(r)
+        self._rid_arr = emitted[keep]
+        if not run:
+            self._lock = False
 
     def split_run(self, now_ms: float, started: bool) -> tuple[float, float] | None:
         run = self._bulk
         if run is None:
             return None
-        start, times, K, need, free, evicted = run
+        start, times, K, demand, free, evicted = run
         total = int(times.shape[0])
         keep = cut_point(times, now_ms, started)
         if keep >= total:
+            if self._tail >= 0:
+                self._end_run_tail()
             return None
-        evicted = self.pool.untake(free, evicted, int(need[-1]), int(need[keep - 1]))
+        self._tail = -1  # the finishing pass was cut off: they keep running
+        evicted = self.pool.untake(free, evicted, _blocks_through(demand, total), _blocks_through(demand, keep))
         self._K = K + keep
         self.lockstep_passes -= total - keep
         kept = times[:keep]
@@ -287,7 +408,7 @@ class VllmWorker(HandoffWorkerBase[_Req]):
         assert self._completion is not None
         self._completion = PassCompletion(end_ms=end, emitted=self._completion.emitted,
                                           run_times=kept if keep >= 2 else None)
-        self._bulk = (start, kept, K, need[:keep], free, evicted) if keep >= 2 else None
+        self._bulk = (start, kept, K, demand, free, evicted) if keep >= 2 else None
         return end, float(kept[-2]) if keep >= 2 else start
 
     def run_blocks_ahead(self, at_ms: float) -> int:
@@ -303,6 +424,8 @@ class VllmWorker(HandoffWorkerBase[_Req]):
             raise RuntimeError(f"worker {self.worker_idx} has no pass in flight")
         self._busy = False
         self._bulk = None
+        if self._tail >= 0:
+            self._end_run_tail()
         c = self._completion
         self._completion = None
         retry = self._retry_destinations() if self._pending else []

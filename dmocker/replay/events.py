@@ -76,7 +76,7 @@ class _Peek:
 
 
 class EventQueue(Generic[P]):
-    """A min-heap of ``(time_ms, kind rank, (order_ms, seq), payload)``.
+    """A min-heap of ``(time_ms, kind rank, (order_ms, rank, seq), payload)``.
 
     ``pop_ready(now, kind)`` pops the top event only if it is due exactly at ``now`` and of
     ``kind``: because the rank sits before the sequence number, all same-time events of a
@@ -86,20 +86,21 @@ class EventQueue(Generic[P]):
     __slots__ = ("_heap", "_seq")
 
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int, tuple[float, int], P]] = []
+        self._heap: list[tuple[float, int, tuple[float, int, int], P]] = []
         self._seq = 0
 
     def __len__(self) -> int:
         return len(self._heap)
 
-    def push(self, time_ms: float, kind: EventKind, payload: P, order_ms: float = -math.inf) -> None:
+    def push(self, time_ms: float, kind: EventKind, payload: P, order_ms: float = -math.inf,
+             rank: int = 0) -> None:
         """Schedule ``payload`` at ``time_ms``.  Same-time events of one kind pop in the order
-        of ``order_ms`` (the caller's clock when it pushes), then of pushing; a bulk decode
-        run's completion passes the start of its last pass, where the per-pass simulation
-        would have pushed it."""
+        of ``order_ms`` (the caller's clock when it pushes), then of ``rank``, then of pushing;
+        a bulk decode run's completion passes the start of its last pass and the rank of the
+        point in that time step where the per-pass simulation would have pushed it."""
         if not math.isfinite(time_ms):
             raise ReplayInvariantError(f"event scheduled at non-finite time {time_ms!r}")
-        heapq.heappush(self._heap, (time_ms, int(kind), (order_ms, self._seq), payload))
+        heapq.heappush(self._heap, (time_ms, int(kind), (order_ms, rank, self._seq), payload))
         self._seq += 1
 
     def peek(self) -> _Peek | None:
@@ -112,7 +113,7 @@ class EventQueue(Generic[P]):
         return self._heap[0][3] if self._heap else None
 
     @property
-    def raw(self) -> list[tuple[float, int, tuple[float, int], P]]:
+    def raw(self) -> list[tuple[float, int, tuple[float, int, int], P]]:
         """The heap list itself (read-only use: the drain loop peeks at ``raw[0]``)."""
         return self._heap
 

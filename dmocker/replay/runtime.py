@@ -78,6 +78,13 @@ _D: Final = 1  # index of the decode pool
 
 _STAGES: Final = (Stage.PREFILL, Stage.DECODE)
 _PASS: Final = int(EventKind.PASS_COMPLETION)
+# Push ranks of pass completions within one time step, in the drain's order: the first round
+# of the first prefill pool phase (+ position), its later rounds, the first round of the first
+# decode pool phase (+ position), everything later.
+_RANK_P1: Final = 0
+_RANK_P2: Final = 1 << 20
+_RANK_D1: Final = 1 << 21
+_RANK_LATE: Final = 1 << 22
 _TRANSFER: Final = int(EventKind.TRANSFER_COMPLETE)
 _INJECTED: Final = int(EventKind.INJECTED_FACT)
 _READY: Final = int(EventKind.WORKER_READY)
@@ -137,6 +144,8 @@ class DisaggRuntime(ActionExecution, CoordinatorIO, RoutingHooks, ClusterControl
         # the worker's deferred commands early.
         self._bulk = bulk and max_sim_time_ms is None
         self._pools_started = False  # this time step is past its first pool phase
+        # a bulk run's push: (time, rank of that push, rank of a first-round push of its pool)
+        self._run_push: dict[tuple[int, int], tuple[float, int, int]] = {}
         self._admission = admission
         self._workers: tuple[list[EngineWorker], list[EngineWorker]] = (prefill_workers, decode_workers)
         self._active: tuple[list[int], list[int]] = (
@@ -422,10 +431,16 @@ class DisaggRuntime(ActionExecution, CoordinatorIO, RoutingHooks, ClusterControl
         dirty = self._dirty[stage]
         now = self.now_ms
         bulk = self._bulk
+        # Completions due together that also started together pop in push order.  A bulk run
+        # pushes its completion early, so every push carries its rank within the time step (the
+        # _RANK_* phases) and a run the rank its last pass's push would have had: the first
+        # round of its pool's phase in the first sweep, where a pass follows its predecessor.
+        first = _RANK_P1 if stage == _P else _RANK_D1
+        rank = _RANK_LATE if self._pools_started else first
         progress = True
         while progress:
             progress = False
-            for idx in self._serving[stage]:
+            for pos, idx in enumerate(self._serving[stage]):
                 if not dirty[idx]:
                     continue
                 dirty[idx] = False
@@ -449,8 +464,16 @@ class DisaggRuntime(ActionExecution, CoordinatorIO, RoutingHooks, ClusterControl
                     self._process_pass(stage, completion, idx)
                 else:
                     last = plan.last_start_ms
-                    self._events.push(plan.end_ms, EventKind.PASS_COMPLETION, (int(stage), idx),
-                                      now if last is None else last)
+                    if last is None:
+                        self._events.push(plan.end_ms, EventKind.PASS_COMPLETION, (int(stage), idx), now,
+                                          rank + pos if rank == first else rank)
+                    else:
+                        self._run_push[(int(stage), idx)] = (now, rank + pos if rank == first else rank, first + pos)
+                        self._events.push(plan.end_ms, EventKind.PASS_COMPLETION, (int(stage), idx), last,
+                                          first + pos)
+            # later rounds of this phase push after every first-round push of the stage
+            if rank == first:
+                rank = _RANK_P2 if stage == _P else _RANK_LATE
         return changed
 
     def _settle(self, stage: int, idx: int) -> None:
@@ -472,6 +495,9 @@ class DisaggRuntime(ActionExecution, CoordinatorIO, RoutingHooks, ClusterControl
         end, last_start = cut
         key = (stage, idx)
         self._events.remove(EventKind.PASS_COMPLETION, key)
+        # the run's own push (only its first pass is left) or where its last kept pass's would be
+        start, own, first = self._run_push[key]
+        at = own if last_start == start else first
         if end <= self.now_ms:
             # pass by pass it would have completed at the start of this time step (its
             # effects are tokens only: nothing finishes inside a run)
@@ -480,7 +506,7 @@ class DisaggRuntime(ActionExecution, CoordinatorIO, RoutingHooks, ClusterControl
             self._wake_deferred(stage, idx)
             self._process_pass(_STAGES[stage], completion, idx)
         else:
-            self._events.push(end, EventKind.PASS_COMPLETION, key, last_start)
+            self._events.push(end, EventKind.PASS_COMPLETION, key, last_start, at)
 
     # ------------------------------------------------------------------ passes
 

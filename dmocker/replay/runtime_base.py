@@ -52,6 +52,7 @@ class RuntimeBase:
         _timer_seq: int
         _bulk: bool
         _pools_started: bool
+        _run_push: dict[tuple[int, int], tuple[float, int, int]]
         _admission: AdmissionQueue
         _workers: tuple[list[EngineWorker], list[EngineWorker]]
         _active: tuple[list[int], list[int]]

@@ -68,3 +68,33 @@ def test_fixed_timing() -> None:
     assert t.decode_ms(7, 10**9) == 0.75
     assert t.decode_ms(0, 10) == 0.0
     assert math.isfinite(t.decode_ms(1, 0))
+
+
+@given(
+    st.integers(0, 300),
+    st.lists(st.integers(0, 3_000_000), min_size=1, max_size=40),
+    st.floats(0.0, 1e7, allow_nan=False),
+    st.sampled_from([(1.0, 1.0), (2.5, 1.0), (1.0, 0.0), (0.7, 3.0)]),
+    st.booleans(),
+    st.sampled_from([1, 16384]),
+)
+def test_bulk_run_end_times_match_pass_by_pass(batch: int, active: list[int], start: float,
+                                                speedups: tuple[float, float], fixed: bool,
+                                                blocks: int) -> None:
+    """A bulk run's pass end times are, element for element, ``end = start + decode_ms`` pass
+    after pass (the one-buffer path and the plain array path alike)."""
+    import numpy as np
+
+    from dmocker.engines.timing import run_end_times
+
+    args = EngineArgs(speedup_ratio=speedups[0], decode_speedup_ratio=speedups[1], num_gpu_blocks=blocks,
+                      fixed_prefill_ms=3.0 if fixed else None, fixed_decode_ms=1.7 if fixed else None)
+    timing = PassTiming(args)
+    expected = []
+    t = start
+    for a in active:
+        t = t + timing.decode_ms(batch, a)
+        expected.append(t)
+    arr = np.array(active, dtype=np.int64)
+    assert timing.run_end_times(start, batch, arr).tolist() == expected
+    assert run_end_times(start, timing.decode_ms_many(batch, arr)).tolist() == expected

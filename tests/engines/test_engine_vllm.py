@@ -284,3 +284,22 @@ def test_decode_kv_accounting_logical_vs_resident() -> None:
     from dmocker.engines.timing import polynomial_decode_ms
     assert times[DecodeKvAccounting.LOGICAL] == pytest.approx(polynomial_decode_ms(16, 32))
     assert times[DecodeKvAccounting.RESIDENT] == pytest.approx(polynomial_decode_ms(8, 32))
+
+
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=70), st.integers(0, 500),
+       st.lists(st.integers(1, 5000), max_size=4), st.integers(1, 400))
+def test_bulk_run_block_demand_closed_form(bcount: list[int], k: int, joiner_prompts: list[int], n_pass: int) -> None:
+    """A bulk run's blocks through each pass (bucket cycle prefix sums) equal the pass-by-pass
+    sums: pass k + i takes bcount[(k + i) % bs] blocks, joiners included from the second pass."""
+    from itertools import accumulate
+
+    from dmocker.engines.vllm import _blocks_through
+
+    bs = len(bcount)
+    after = list(bcount)
+    for prompt in joiner_prompts:
+        after[(1 + k - prompt) % bs] += 1
+    per_pass = [bcount[k % bs] if i == 0 else after[(k + i) % bs] for i in range(n_pass)]
+    rot = after[k % bs:] + after[: k % bs]
+    demand = (list(accumulate(rot, initial=0)), rot[0] - bcount[k % bs])
+    assert [_blocks_through(demand, j) for j in range(n_pass + 1)] == list(accumulate(per_pass, initial=0))
