@@ -50,18 +50,14 @@ from typing import Hashable
 import numpy as np
 import numpy.typing as npt
 
-from dmocker.handoff import DestinationReserved, SourceHeld
+from dmocker.handoff import SourceHeld
 from dmocker.engines.block_pool import BlockPool, generated_block_ids
 from dmocker.engines.common import ceil_div, cut_point
-from dmocker.engines.handoff_base import NOOP, HandoffWorkerBase
+from dmocker.engines.handoff_base import HandoffWorkerBase
 from dmocker.engines.interface import (
     Admission,
-    CommandEffects,
-    CommandResult,
     EngineArgs,
-    EngineCommandError,
     EngineRequest,
-    KvEvent,
     LifecycleEvent,
     PassCompletion,
     PassPlan,
@@ -464,9 +460,31 @@ class SglangWorker(HandoffWorkerBase[_SReq]):
             return 0
         keep = cut_point(run.times, at_ms, True)
         if keep >= run.times.shape[0]:
-            return 0
+            return self._tail_blocks() if self._tail else 0
         npg = np.maximum(run.npg, -(-(run.seq + keep) // self._page))
         return run.need - int((npg - run.npg).sum())
+
+    def _tail_blocks(self) -> int:
+        """Pages the run's finishing requests give up when its last pass starts (what
+        :meth:`_end_run_tail` will free): the per-pass replay has already freed them once that
+        pass has started.  A held source keeps its pages; a cached page stays in use while
+        someone else still references it."""
+        done = self._a_seq >= self._a_end
+        running = self._running
+        pool = self.pool
+        freed = 0
+        holders: dict[int, int] = {}
+        for i, pages in zip(np.flatnonzero(done).tolist(), self._a_npg[done].tolist()):
+            r = running[i]
+            if r.source:
+                continue
+            freed += pages - len(r.cached)
+            for h in r.cached:
+                holders[h] = holders.get(h, 0) + 1
+        for h, n in holders.items():
+            if pool.ref_count(h) == n:
+                freed += 1
+        return freed
 
     # --- internals -----------------------------------------------------------------------------
 

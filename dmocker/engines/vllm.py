@@ -50,19 +50,15 @@ from typing import Hashable
 import numpy as np
 import numpy.typing as npt
 
-from dmocker.handoff import DestinationReserved, SourceHeld
+from dmocker.handoff import SourceHeld
 from dmocker.engines.block_pool import BlockPool, generated_block_ids
 from dmocker.engines.common import ceil_div, cut_point
-from dmocker.engines.handoff_base import NOOP, HandoffWorkerBase
+from dmocker.engines.handoff_base import HandoffWorkerBase
 from dmocker.engines.interface import (
     Admission,
     DecodeKvAccounting,
-    CommandEffects,
-    CommandResult,
     EngineArgs,
-    EngineCommandError,
     EngineRequest,
-    KvEvent,
     LifecycleEvent,
     PassCompletion,
     PassPlan,
@@ -415,9 +411,32 @@ class VllmWorker(HandoffWorkerBase[_Req]):
         run = self._bulk
         if run is None:
             return 0
-        times, need = run[1], run[3]
+        times, demand = run[1], run[3]
+        total = int(times.shape[0])
         keep = cut_point(times, at_ms, True)
-        return int(need[-1]) - int(need[keep - 1]) if keep < times.shape[0] else 0
+        if keep < total:
+            return _blocks_through(demand, total) - _blocks_through(demand, keep)
+        return self._tail_blocks() if self._tail >= 0 else 0
+
+    def _tail_blocks(self) -> int:
+        """Blocks the run's finishing requests give up when its last pass starts (what
+        :meth:`_end_run_tail` will free): the per-pass replay has already freed them once that
+        pass has started.  A held source keeps its blocks; a cached block stays in use while
+        someone else still references it."""
+        bs = self._bs
+        pool = self.pool
+        freed = 0
+        holders: dict[int, int] = {}
+        for r in self._finish_at[self._tail]:
+            if r.source:
+                continue
+            freed += ceil_div(r.prompt + r.limit - 1, bs) - len(r.cached)
+            for h in r.cached:
+                holders[h] = holders.get(h, 0) + 1
+        for h, n in holders.items():
+            if pool.ref_count(h) == n:
+                freed += 1
+        return freed
 
     def finish_pass(self) -> PassCompletion:
         if not self._busy or self._completion is None:

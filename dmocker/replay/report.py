@@ -13,7 +13,7 @@ import os
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import IO, TypeAlias, Union
+from typing import TypeAlias, Union
 
 import numpy as np
 
