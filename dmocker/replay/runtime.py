@@ -77,6 +77,9 @@ _D: Final = 1  # index of the decode pool
 
 
 _STAGES: Final = (Stage.PREFILL, Stage.DECODE)
+_EARLY_CUT_PASSES: Final = 4  # a run cut before this many passes were done was not worth it
+_SOLO_MIN: Final = 4  # passes one by one after a first early cut ...
+_SOLO_MAX: Final = 64  # ... doubling while cuts stay early, up to this
 _PASS: Final = int(EventKind.PASS_COMPLETION)
 # Push ranks of pass completions within one time step, in the drain's order: the first round
 # of the first prefill pool phase (+ position), its later rounds, the first round of the first
@@ -146,6 +149,14 @@ class DisaggRuntime(ActionExecution, CoordinatorIO, RoutingHooks, ClusterControl
         self._pools_started = False  # this time step is past its first pool phase
         # a bulk run's push: (time, rank of that push, rank of a first-round push of its pool)
         self._run_push: dict[tuple[int, int], tuple[float, int, int]] = {}
+        # Bulk runs that get cut within a few passes cost more than those passes one by one
+        # (a run start and a cut against a few cheap passes): a decode worker whose run was cut
+        # that early runs its next passes one by one, for 4, 8, ... up to 64 passes while cuts
+        # stay early, and goes back to runs after one that lasts.  Speed only: bulk and
+        # per-pass replays are identical (tests/replay/test_bulk_differential.py).
+        self._run_pass_ms: dict[int, tuple[float, float]] = {}  # decode worker -> (run start, pass ms)
+        self._solo: dict[int, int] = {}  # decode worker -> passes left to run one by one
+        self._solo_next: dict[int, int] = {}  # decode worker -> length of its next one-by-one stretch
         self._admission = admission
         self._workers: tuple[list[EngineWorker], list[EngineWorker]] = (prefill_workers, decode_workers)
         self._active: tuple[list[int], list[int]] = (
@@ -377,6 +388,8 @@ class DisaggRuntime(ActionExecution, CoordinatorIO, RoutingHooks, ClusterControl
         dirty = self._dirty
         while heap and heap[0][0] == now and heap[0][1] == _PASS:
             stage, idx = heapq.heappop(heap)[3]
+            if stage == _D and self._run_pass_ms.pop(idx, None) is not None:
+                self._solo_next.pop(idx, None)  # a run that ran to its end: runs pay here
             completion = workers[stage][idx].finish_pass()
             dirty[stage][idx] = True
             if self._deferred[stage]:
@@ -447,9 +460,12 @@ class DisaggRuntime(ActionExecution, CoordinatorIO, RoutingHooks, ClusterControl
                 w = workers[idx]
                 if w.busy:
                     continue  # its pass completion marks it dirty again
-                plan = w.start_pass(now, bulk)
+                solo = stage == _D and self._solo.get(idx, 0) > 0
+                plan = w.start_pass(now, bulk and not solo)
                 if plan is None:
                     continue
+                if solo:
+                    self._solo[idx] -= 1
                 progress = changed = True
                 if self._planner is not None:
                     self._planner.on_pass(stage, idx, plan)
@@ -469,6 +485,7 @@ class DisaggRuntime(ActionExecution, CoordinatorIO, RoutingHooks, ClusterControl
                                           rank + pos if rank == first else rank)
                     else:
                         self._run_push[(int(stage), idx)] = (now, rank + pos if rank == first else rank, first + pos)
+                        self._run_pass_ms[idx] = (now, plan.end_ms - last)
                         self._events.push(plan.end_ms, EventKind.PASS_COMPLETION, (int(stage), idx), last,
                                           first + pos)
             # later rounds of this phase push after every first-round push of the stage
@@ -494,6 +511,15 @@ class DisaggRuntime(ActionExecution, CoordinatorIO, RoutingHooks, ClusterControl
             return
         end, last_start = cut
         key = (stage, idx)
+        started = self._run_pass_ms.pop(idx, None)
+        if started is not None and stage == _D:
+            run_start, pass_ms = started
+            if self.now_ms - run_start < _EARLY_CUT_PASSES * pass_ms:
+                stretch = self._solo_next.get(idx, _SOLO_MIN)
+                self._solo[idx] = stretch
+                self._solo_next[idx] = min(2 * stretch, _SOLO_MAX)
+            else:
+                self._solo_next.pop(idx, None)
         self._events.remove(EventKind.PASS_COMPLETION, key)
         # the run's own push (only its first pass is left) or where its last kept pass's would be
         start, own, first = self._run_push[key]
