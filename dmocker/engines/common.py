@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from collections import deque
 from operator import invert
-from typing import Hashable, Protocol, Sequence, TypeVar
+from typing import Hashable, Iterable, Protocol, Sequence, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from dmocker.engines.interface import KvEvent, KvRemoved, KvStored
 
-__all__ = ["kv_events", "ceil_div", "remove_pending", "cut_point"]
+__all__ = ["kv_events", "ceil_div", "remove_pending", "cut_point", "blocks_freed"]
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -72,3 +72,23 @@ def cut_point(times: npt.NDArray[np.float64], now_ms: float, started: bool) -> i
     if ended and float(times[ended - 1]) == now_ms and not started:
         return ended
     return max(ended + 1, 1)
+
+
+class _RefCounts(Protocol):
+    def ref_count(self, h: int) -> int: ...
+
+
+def blocks_freed(pool: _RefCounts, holdings: Iterable[tuple[int, Sequence[int]]]) -> int:
+    """Blocks that leave use when requests holding ``(blocks, cached hashes)`` complete together
+    (a bulk run's finishing pass, seen by the KV-usage probe before it is applied): every block
+    a request holds privately, and each cached block nobody else references."""
+    freed = 0
+    holders: dict[int, int] = {}
+    for blocks, cached in holdings:
+        freed += blocks - len(cached)
+        for h in cached:
+            holders[h] = holders.get(h, 0) + 1
+    for h, n in holders.items():
+        if pool.ref_count(h) == n:
+            freed += 1
+    return freed

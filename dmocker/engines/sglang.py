@@ -52,7 +52,7 @@ import numpy.typing as npt
 
 from dmocker.handoff import SourceHeld
 from dmocker.engines.block_pool import BlockPool, generated_block_ids
-from dmocker.engines.common import ceil_div, cut_point
+from dmocker.engines.common import blocks_freed, ceil_div, cut_point
 from dmocker.engines.handoff_base import HandoffWorkerBase
 from dmocker.engines.interface import (
     Admission,
@@ -470,21 +470,9 @@ class SglangWorker(HandoffWorkerBase[_SReq]):
         pass has started.  A held source keeps its pages; a cached page stays in use while
         someone else still references it."""
         done = self._a_seq >= self._a_end
-        running = self._running
-        pool = self.pool
-        freed = 0
-        holders: dict[int, int] = {}
-        for i, pages in zip(np.flatnonzero(done).tolist(), self._a_npg[done].tolist()):
-            r = running[i]
-            if r.source:
-                continue
-            freed += pages - len(r.cached)
-            for h in r.cached:
-                holders[h] = holders.get(h, 0) + 1
-        for h, n in holders.items():
-            if pool.ref_count(h) == n:
-                freed += 1
-        return freed
+        finishing = [self._running[i] for i in np.flatnonzero(done).tolist()]
+        pages = self._a_npg[done].tolist()
+        return blocks_freed(self.pool, ((p, r.cached) for r, p in zip(finishing, pages) if not r.source))
 
     # --- internals -----------------------------------------------------------------------------
 

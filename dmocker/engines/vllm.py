@@ -52,7 +52,7 @@ import numpy.typing as npt
 
 from dmocker.handoff import SourceHeld
 from dmocker.engines.block_pool import BlockPool, generated_block_ids
-from dmocker.engines.common import ceil_div, cut_point
+from dmocker.engines.common import blocks_freed, ceil_div, cut_point
 from dmocker.engines.handoff_base import HandoffWorkerBase
 from dmocker.engines.interface import (
     Admission,
@@ -424,19 +424,8 @@ class VllmWorker(HandoffWorkerBase[_Req]):
         pass has started.  A held source keeps its blocks; a cached block stays in use while
         someone else still references it."""
         bs = self._bs
-        pool = self.pool
-        freed = 0
-        holders: dict[int, int] = {}
-        for r in self._finish_at[self._tail]:
-            if r.source:
-                continue
-            freed += ceil_div(r.prompt + r.limit - 1, bs) - len(r.cached)
-            for h in r.cached:
-                holders[h] = holders.get(h, 0) + 1
-        for h, n in holders.items():
-            if pool.ref_count(h) == n:
-                freed += 1
-        return freed
+        return blocks_freed(self.pool, ((ceil_div(r.prompt + r.limit - 1, bs), r.cached)
+                                        for r in self._finish_at[self._tail] if not r.source))
 
     def finish_pass(self) -> PassCompletion:
         if not self._busy or self._completion is None:

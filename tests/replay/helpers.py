@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hypothesis import strategies as st
+
 from dmocker.handoff import HandoffOrder
 from dmocker.replay.collector import Collector
 from dmocker.engines.interface import Backend, EngineArgs, WorkerType
@@ -99,3 +101,16 @@ def fake_run(
         rt.inject(t, rid, cls)
     summary, recs, evs = run_to_end(rt, collector, order, records, events)
     return FakeRun(rt, prefill, decode, recs, evs, summary)
+
+
+def small_workloads(n: int) -> st.SearchStrategy[SyntheticSpec]:
+    """Small synthetic workloads of ``n`` requests that stress the bulk decode runs (bursty or
+    sparse arrivals, short and long outputs, prefix groups, multi-turn sessions): the
+    bulk / per-pass differential tests draw from it."""
+    return st.builds(
+        SyntheticSpec, requests=st.just(n), rate=st.sampled_from([20.0, 80.0, 400.0]),
+        isl_mean=st.integers(40, 900), osl_mean=st.integers(2, 120),
+        spread=st.sampled_from([0.0, 0.5, 0.9]), prefix_groups=st.integers(0, 3),
+        turns=st.integers(1, 3), turn_delay_ms=st.sampled_from([0.0, 50.0]),
+        seed=st.integers(0, 1000), trace_block_size=st.just(64),
+    )

@@ -25,6 +25,8 @@ from dmocker.replay.report import SlaThresholds, build_summary
 from dmocker.replay.runtime import DisaggRuntime
 from dmocker.replay.workload import AdmissionQueue, SyntheticSpec, SyntheticWorkload
 
+from .helpers import small_workloads
+
 _KINDS = (Canceled, Failed, TimedOut)
 
 
@@ -61,13 +63,7 @@ def _replay(params: dict[str, object], bulk: bool) -> tuple[str, str, str, tuple
 @st.composite
 def _params(draw: st.DrawFn) -> dict[str, object]:
     n = draw(st.integers(3, 24))
-    spec = SyntheticSpec(
-        requests=n, rate=draw(st.sampled_from([20.0, 80.0, 400.0])),
-        isl_mean=draw(st.integers(40, 900)), osl_mean=draw(st.integers(2, 120)),
-        spread=draw(st.sampled_from([0.0, 0.5, 0.9])), prefix_groups=draw(st.integers(0, 3)),
-        turns=draw(st.integers(1, 3)), turn_delay_ms=draw(st.sampled_from([0.0, 50.0])),
-        seed=draw(st.integers(0, 1000)), trace_block_size=64,
-    )
+    spec = draw(small_workloads(n))
     inject = draw(st.lists(st.tuples(st.floats(0.0, 4000.0), st.integers(0, n - 1), st.integers(0, 2)),
                            max_size=3))
     return {
