@@ -49,7 +49,6 @@ from dmocker.handoff import (
     OutcomeKind,
     ReleaseSource,
     ReserveDestination,
-    SourceHeld,
     StartTransfer,
     SubmitPrefill,
     TransferCompleted,

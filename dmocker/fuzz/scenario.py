@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from dmocker.check.target import TargetError, load_target, target_from_factory
-from dmocker.handoff import HandoffCoordinator, HandoffOrder, IssuedAction, ProtocolSpec
+from dmocker.handoff import HandoffCoordinator, HandoffOrder, IssuedAction
 from dmocker.replay import run as replay_run
-from dmocker.replay.coordinators import CoordinatorFault, ForeignCoordinator, ForeignFactory
+from dmocker.replay.coordinators import CoordinatorFault, ForeignFactory
 from dmocker.replay.events import DeadEndError, ReplayInvariantError
 from dmocker.replay.faults import FaultKind, FaultPlan, Pool, ScheduledFault, WorkerCrash
 from dmocker._atomic import write_atomic

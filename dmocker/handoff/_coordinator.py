@@ -28,7 +28,6 @@ from dmocker.handoff._table import (
 )
 from dmocker.handoff._types import (
     Action,
-    Complete,
     Completion,
     DestinationReserved,
     Fact,

@@ -399,7 +399,6 @@ def parse_spec(raw: object, path: str = "<spec>") -> ProtocolSpec:
     region_states = {r.name: r.states for r in regions}
     if "mode" not in region_states:
         raise ctx.fail("regions", "a region named 'mode' is required")
-    modes = region_states["mode"]
 
     def check_state(region: str, state: str, element: str) -> None:
         if region not in region_states:

@@ -24,7 +24,6 @@ from dmocker.handoff import (
     ReserveDestination,
     SourceHeld,
     StartTransfer,
-    SubmitPrefill,
     TimedOut,
     TransferCompleted,
     TransferTiming,
