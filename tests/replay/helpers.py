@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from hypothesis import strategies as st
 
@@ -114,3 +114,22 @@ def small_workloads(n: int) -> st.SearchStrategy[SyntheticSpec]:
         turns=st.integers(1, 3), turn_delay_ms=st.sampled_from([0.0, 50.0]),
         seed=st.integers(0, 1000), trace_block_size=st.just(64),
     )
+
+
+_T = TypeVar("_T")
+
+
+def both_ways(replay: Callable[[bool], _T]) -> tuple[_T, _T] | None:
+    """``(bulk, per_pass)`` results of ``replay(bulk)``; None when the per-pass replay fails and
+    the bulk one fails with the same message (a workload the engines cannot serve must fail the
+    same way; bulk succeeding there is an error)."""
+    try:
+        per_pass = replay(False)
+    except Exception as exc:
+        try:
+            replay(True)
+        except Exception as exc2:
+            assert str(exc2) == str(exc)
+            return None
+        raise AssertionError(f"bulk run succeeded where the per-pass run failed: {exc}") from exc
+    return replay(True), per_pass
