@@ -23,6 +23,7 @@ from dmocker.check.invariants import InvariantError, Monitor
 from dmocker.check.mutants import DEFAULT_CATALOGUE, CatalogueError, kill_table, load_catalogue, run_mutant
 from dmocker.check.report import render_json, render_junit, render_text
 from dmocker.check.target import DEFAULT_TARGET, TargetError, load_target
+from dmocker.cli.io import int_at_least
 
 _ORDERS = {
     "source-first": (HandoffOrder.SOURCE_FIRST,),
@@ -31,14 +32,7 @@ _ORDERS = {
 }
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+_positive = int_at_least(1)
 
 
 def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:

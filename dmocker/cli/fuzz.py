@@ -16,29 +16,17 @@ from __future__ import annotations
 import argparse
 import sys
 
+from dmocker.cli.io import int_at_least
+
 __all__ = ["add_parser", "run", "replay_scenario"]
 
 _ENGINES = {"vllm": ("vllm",), "sglang": ("sglang",), "both": ("vllm", "sglang")}
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
+_positive = int_at_least(1)
 
 
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
-    return value
+_seed = int_at_least(0)
 
 
 def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:

@@ -21,6 +21,7 @@ from dmocker.cli import replay as replay_cli
 from dmocker._atomic import write_atomic
 from dmocker.replay.report import stable_json
 from dmocker.replay.workload import WorkloadError
+from dmocker.cli.io import int_at_least
 
 __all__ = ["add_parser", "configure", "run", "main"]
 
@@ -96,14 +97,7 @@ def _defaults() -> dict[str, Any]:
     return {a.dest: a.default for a in parser._actions}
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+_positive_int = int_at_least(1)
 
 
 def _fail(message: str) -> int:
