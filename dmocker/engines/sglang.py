@@ -482,6 +482,7 @@ class SglangWorker(SglDecodePath, HandoffWorkerBase[_SReq]):
     # --- introspection for tests ---------------------------------------------------------------
 
     def check_invariants(self) -> None:
+        self._check_lazy()
         self._sync_running()
         self.pool.check()
         private = 0

@@ -93,7 +93,8 @@ class SglDecodePath:
         self._grow: dict[int, list[SglRequest]] = {}  # pass -> requests that take a page in it
         self._fin: dict[int, list[SglRequest]] = {}  # pass -> requests that finish in it
         self._sum_off = 0  # sum of the running requests' offsets
-        self._emit: I64 | None = None  # ids of the running batch, in order (built on demand)
+        self._rids: list[int] = []  # ids of the running batch, in order, while lazy
+        self._emit: I64 | None = None  # the same as an array (built on demand)
         self.vectorized_passes = 0
         self._bulk: _Run | None = None  # the bulk decode run in flight (start_pass(bulk=True))
         self._tail = False  # the run's last pass finishes requests, applied once it has started
@@ -112,6 +113,7 @@ class SglDecodePath:
         off = r.seq - k
         r.off = off
         self._sum_off += off
+        self._rids.append(r.rid)
         at = r.npages * self._page - off  # the pass whose token no longer fits its pages
         grow = self._grow.get(at)
         if grow is None:
@@ -162,13 +164,13 @@ class SglDecodePath:
         self._grow = {}
         self._fin = {}
         self._sum_off = 0
+        self._rids = []
         self._emit = None
 
     def _emitted(self) -> I64:
         emit = self._emit
         if emit is None:
-            run = self._running
-            emit = self._emit = np.fromiter([r.rid for r in run], dtype=np.int64, count=len(run))
+            emit = self._emit = np.array(self._rids, dtype=np.int64)
         return emit
 
     def _decode_running_vec(self, finished: list[int]) -> tuple[float, I64] | None:
@@ -229,6 +231,7 @@ class SglDecodePath:
                 del grow[at]
             self._sum_off -= r.off
             run.remove(r)
+            self._rids.remove(r.rid)
         self._emit = None
         for r in done:
             finished.append(r.rid)
@@ -417,3 +420,20 @@ class SglDecodePath:
         someone else still references it."""
         done = self._fin.get(self._k - 1, [])
         return blocks_freed(self.pool, ((r.npages, r.cached) for r in done if not r.source))
+
+    def _check_lazy(self) -> None:
+        """Assert that the lazy batch files every running request where it belongs (tests)."""
+        if not self._lazy:
+            return
+        run = self._running
+        k, page = self._k, self._page
+        assert self._rids == [r.rid for r in run], (self._rids, run)
+        assert self._sum_off == sum(r.off for r in run)
+        grow = sorted((at, r.rid) for at, filed in self._grow.items() for r in filed)
+        assert grow == sorted((r.npages * page - r.off, r.rid) for r in run), grow
+        fin = sorted((at, r.rid) for at, filed in self._fin.items() for r in filed)
+        assert fin == sorted((r.prompt + r.maxout - 1 - r.off, r.rid) for r in run), fin
+        for r in run:
+            assert r.off + k <= r.npages * page, (r.rid, r.off + k, r.npages)
+            # (a run's last pass, applied but not yet known to have started, finishes some)
+            assert r.off + k < r.prompt + r.maxout + self._tail, (r.rid, r.off + k)
