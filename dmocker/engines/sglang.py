@@ -26,13 +26,12 @@ effects) between chunks and when it finishes or its held source is released, not
 allocation: a request cannot hit the pages of one still being prefilled or held (1.6.1).
 Activation at a destination publishes its unpublished complete pages (Stored).
 
-Hot path: a decode-only pass over the running batch runs on numpy arrays (sequence lengths,
-pages, output limits, ids; one entry per running request) instead of per-request Python: the
-arrays are authoritative while live, and are written back into the request objects before any
-other code path reads them (extend batch, retraction, aborts, invariant checks).  Anything
-unusual (a page shortage that needs retraction, a request with nothing to generate, unpublished
-prompt pages) falls back to the per-request step; a Hypothesis test replays random workloads
-through both and demands identical output.
+Hot path: decode-only passes and bulk decode runs are event-driven
+(:mod:`dmocker.engines.sglang_decode`): the running batch advances a pass counter and touches
+only the requests that need a page or finish in a pass; the objects are written back before any
+other code path reads them.  Anything unusual (a page shortage that needs retraction, a request
+with nothing to generate, unpublished prompt pages) falls back to the per-request step; a
+Hypothesis test replays random workloads through both and demands identical output.
 
 Pages are the blocks of :class:`~dmocker.engines.block_pool.BlockPool` (page size = block
 size): radix nodes are chained page hashes, locked = referenced, evictable = inactive.  Because
