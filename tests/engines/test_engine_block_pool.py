@@ -49,12 +49,13 @@ def test_lru_stays_bounded_and_ordered_under_reuse() -> None:
         if i % 7 == 3:
             assert p.take(1) and p.drain_events()[-1] == ~3  # the leaf goes first
             assert p.promote([3]) == [3]  # the taken block caches 3 again
+            p.acquire([1, 2])
             p.release([1, 2])
             p.acquire([1, 2])
         else:
             p.acquire([1, 2, 3])
         p.check()
-        assert len(p.lru) <= 4 * p.total
+        assert len(p.lru) <= 2 * p.total + 65  # re-built when left entries dominate
     p.release([1, 2, 3])
     assert p.inactive_order() == [3, 2, 1]
     p.check()
