@@ -178,6 +178,23 @@ class PoolMachine(RuleBasedStateMachine):
         assert new == self.model.promote(hashes)
         self.owners.append((new, n - len(new)))
 
+    @rule(data=st.data(), n=st.integers(1, 6))
+    def allocate_over_cached(self, data: st.DataObject, n: int) -> None:
+        """Promote a mix of new and already-cached hashes in any order (blocks computed while
+        someone else cached the same content stay private): the new ones form one run with
+        gaps, which later shares, releases and evictions split."""
+        self.undo = None
+        if not self._take(n):
+            return
+        fresh = list(range(self.next_hash, self.next_hash + n))
+        self.next_hash += n
+        cached = data.draw(st.lists(st.sampled_from(sorted(self.pool.blocks) or [0]), unique=True, max_size=3))
+        hashes = data.draw(st.permutations(fresh + [h for h in cached if h in self.pool.blocks]))
+        hashes = hashes[:n]
+        new = self.pool.promote(hashes)
+        assert new == self.model.promote(hashes)
+        self.owners.append((new, n - len(new)))
+
     @rule(n=st.integers(1, 8))
     def take_undoable(self, n: int) -> None:
         """A bulk run's speculative take (evictions recorded for undo, no events)."""
