@@ -176,8 +176,10 @@ class BlockPool:
             if run is None:
                 break
             keys = run.keys
-            p = 0 if keys[0] == h else keys.index(h)
-            m = _common(hs, i, keys, p, min(len(keys) - p, n - i))
+            m = len(keys)
+            if keys[0] != h or i + m > n or hs[i:i + m] != keys:  # (else all of the run matches)
+                p = 0 if keys[0] == h else keys.index(h)
+                m = _common(hs, i, keys, p, min(m - p, n - i))
             if not run.refs:
                 zeros += m
                 if active < 0:
