@@ -275,12 +275,10 @@ class BlockPool:
         nothing (False: nothing changed): the fit test runs before anything is touched
         (before runs are split too: an inactive run split off is no longer listed)."""
         if hashes:
-            if fresh > self.free:  # (free blocks cover it whatever is re-referenced)
-                blocks = self.blocks
-                reactivated = 0
-                for h in hashes:
-                    if not blocks[h].refs:
-                        reactivated += 1
+            # (free blocks cover it whatever is re-referenced; the hashes are all resident, so
+            # match_prefix counts the inactive ones)
+            if fresh > self.free:
+                reactivated = self.match_prefix(hashes, len(hashes))[2]
                 if fresh > self.free + self.num_inactive - reactivated:
                     return False
             self._acquire(self._pieces(hashes))
