@@ -78,7 +78,11 @@ class ActionExecution(RuntimeBase):
             self._pending.extend(queued)
 
     def _defer(self, req: _Req, issued: IssuedAction, stage: Stage, idx: int) -> bool:
-        self._deferred[stage].setdefault(idx, deque()).append((req, issued))
+        by_worker = self._deferred[stage]
+        queue = by_worker.get(idx)
+        if queue is None:  # (not setdefault: that builds a deque on every call)
+            queue = by_worker[idx] = deque()
+        queue.append((req, issued))
         req.queued += 1
         return False
 
