@@ -151,8 +151,9 @@ class ActionExecution(RuntimeBase):
             )
         _, expected, ok, what = _ACQUIRE[stage]
         self._settle(stage, idx)
-        self._dirty[stage][idx] = True
         worker = self._workers[stage][idx]
+        if not worker.busy:  # a busy worker is asked to start a pass when this one completes
+            self._dirty[stage][idx] = True
         try:
             if stage == _P:
                 effects = worker.submit_handoff_prefill(req.rid, req.engine_request)
