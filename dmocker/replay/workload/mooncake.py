@@ -347,7 +347,8 @@ class MooncakeTrace:
         if not isinstance(hash_ids, list):
             raise self._err(lineno, "hash_ids", f"must be a list of integers, got {_kind(hash_ids)}")
         for i, h in enumerate(hash_ids):
-            if not _is_int(h) or h < 0 or h > MAX_HASH_ID:
+            # ``type(h) is int`` first: what JSON gives, decided without a call per id
+            if (type(h) is not int and not _is_int(h)) or h < 0 or h > MAX_HASH_ID:
                 raise self._err(
                     lineno, f"hash_ids[{i}]", f"must be an integer in [0, 2^63), got {_kind(h) if not _is_int(h) else h}"
                 )
