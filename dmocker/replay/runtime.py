@@ -91,6 +91,9 @@ _RANK_LATE: Final = 1 << 22
 _TRANSFER: Final = int(EventKind.TRANSFER_COMPLETE)
 _INJECTED: Final = int(EventKind.INJECTED_FACT)
 _READY: Final = int(EventKind.WORKER_READY)
+# Planner ticks in a row with work left, no arrival to come and no worker starting, after which
+# the run is a dead end (a planner that has not scaled in this many ticks will not).
+_IDLE_TICKS_LIMIT: Final = 1000
 _TICK: Final = int(EventKind.PLANNER_TICK)
 # Enum members used on the per-action path, bound once: in Python 3.11 reading a member off
 # its class (``Phase.DONE``) costs ~5x a module global, and these run ~10 times per request.
@@ -238,8 +241,13 @@ class DisaggRuntime(ActionExecution, CoordinatorIO, RoutingHooks, ClusterControl
         next_ready = self._admission.next_ready_time
         cap = self._cap
         sampler = self._sampler
+        idle_steps = 0  # consecutive steps at which only planner ticks could change anything
         while not self._is_done():
             t = next_ready()
+            if t is None and len(heap) == self._idle_events and heap:
+                idle_steps = self._count_idle_step(idle_steps)
+            else:
+                idle_steps = 0
             if heap and (t is None or heap[0][0] < t):
                 t = heap[0][0]
             if t is None:
@@ -259,6 +267,18 @@ class DisaggRuntime(ActionExecution, CoordinatorIO, RoutingHooks, ClusterControl
         else:
             self.collector.add_worker_seconds(*self._planner.worker_seconds(self.now_ms))
         return RuntimeResult(self.now_ms, capped, self._stale_pruned)
+
+    def _count_idle_step(self, steps: int) -> int:
+        """Work is left, no request can arrive and the heap holds only planner ticks and
+        worker start-ups: the planner alone can unblock the run.  Count such steps (a pending
+        start-up resets the count: a worker is coming); after ``_IDLE_TICKS_LIMIT`` of them the
+        planner is not going to act, and the run is a dead end rather than an endless loop."""
+        if any(e[1] == _READY for e in self._events.raw):
+            return 0
+        if steps >= _IDLE_TICKS_LIMIT:
+            raise DeadEndError(self.now_ms, self._describe_stuck(),
+                               f" (only planner ticks left, none of the last {_IDLE_TICKS_LIMIT} changed the cluster)")
+        return steps + 1
 
     @property
     def in_flight(self) -> int:
