@@ -81,7 +81,7 @@ def cut_point(times: npt.NDArray[np.float64], now_ms: float, started: bool) -> i
     started by ``now_ms``: the passes ended by then plus the one in flight; at an exact pass
     end, the next pass counts only if it has ``started`` (the caller's time step is past the
     point where idle workers start passes).  At least 1 (the run's first pass has started)."""
-    ended = int(np.searchsorted(times, now_ms, side="right"))
+    ended = int(times.searchsorted(now_ms, side="right"))
     if ended and float(times[ended - 1]) == now_ms and not started:
         return ended
     return max(ended + 1, 1)

@@ -26,13 +26,12 @@ effects) between chunks and when it finishes or its held source is released, not
 allocation: a request cannot hit the pages of one still being prefilled or held (1.6.1).
 Activation at a destination publishes its unpublished complete pages (Stored).
 
-Hot path: a decode-only pass over the running batch runs on numpy arrays (sequence lengths,
-pages, output limits, ids; one entry per running request) instead of per-request Python: the
-arrays are authoritative while live, and are written back into the request objects before any
-other code path reads them (extend batch, retraction, aborts, invariant checks).  Anything
-unusual (a page shortage that needs retraction, a request with nothing to generate, unpublished
-prompt pages) falls back to the per-request step; a Hypothesis test replays random workloads
-through both and demands identical output.
+Hot path: decode-only passes and bulk decode runs are event-driven
+(:mod:`dmocker.engines.sglang_decode`): the running batch advances a pass counter and touches
+only the requests that need a page or finish in a pass; the objects are written back before any
+other code path reads them.  Anything unusual (a page shortage that needs retraction, a request
+with nothing to generate, unpublished prompt pages) falls back to the per-request step; a
+Hypothesis test replays random workloads through both and demands identical output.
 
 Pages are the blocks of :class:`~dmocker.engines.block_pool.BlockPool` (page size = block
 size): radix nodes are chained page hashes, locked = referenced, evictable = inactive.  Because
@@ -44,7 +43,6 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from itertools import compress
 from typing import Hashable
 
 import numpy as np
@@ -52,7 +50,7 @@ import numpy.typing as npt
 
 from dmocker.handoff import SourceHeld
 from dmocker.engines.block_pool import BlockPool, generated_block_ids
-from dmocker.engines.common import blocks_freed, ceil_div, cut_point
+from dmocker.engines.common import ceil_div
 from dmocker.engines.handoff_base import HandoffWorkerBase
 from dmocker.engines.interface import (
     Admission,
@@ -64,6 +62,9 @@ from dmocker.engines.interface import (
     WorkerType,
     empty_ids,
 )
+from dmocker.engines.sglang_decode import SglDecodePath
+from dmocker.engines.sglang_request import SglRequest as _SReq
+from dmocker.engines.sglang_request import SglStatus as _St
 from dmocker.engines.timing import PassTiming
 
 __all__ = ["SglangWorker"]
@@ -71,54 +72,7 @@ __all__ = ["SglangWorker"]
 I64 = npt.NDArray[np.int64]
 
 
-class _St(enum.Enum):
-    WAITING = 1
-    PREBUILT = 2
-    RUNNING = 3
-    REMOTE_PENDING = 4
-    RESERVED = 5
-    HELD = 6
-
-
-class _SReq:
-    __slots__ = ("rid", "handoff", "prompt", "maxout", "hashes", "seq", "materialized",
-                 "npages", "cached", "cached_tokens", "pub", "status", "source", "dest")
-
-    def __init__(self, req: EngineRequest, maxout: int, handoff: Hashable, status: _St) -> None:
-        self.rid = req.request_id
-        self.handoff = handoff
-        self.prompt = req.input_length
-        self.maxout = maxout
-        self.hashes = req.block_hashes
-        self.seq = req.input_length  # prompt + output tokens
-        self.materialized = 0  # tokens whose KV exists
-        self.npages = 0  # pages held (locked radix pages + private pages)
-        self.cached: list[int] = []  # page hashes locked by this request, in order
-        self.cached_tokens = 0  # radix prefix hit of the first chunk
-        self.pub = 0  # leading prompt pages already in the radix tree (or known duplicates)
-        self.status = status
-        self.source = False
-        self.dest = False
-
-
-class _Run:
-    """A bulk decode run in flight: what splitting it needs (the state before it)."""
-
-    __slots__ = ("start_ms", "times", "seq", "npg", "ratio", "need", "free", "evicted")
-
-    def __init__(self, start_ms: float, times: npt.NDArray[np.float64], seq: I64, npg: I64,
-                 ratio: float, need: int, free: int, evicted: list[int]) -> None:
-        self.start_ms = start_ms
-        self.times = times
-        self.seq = seq
-        self.npg = npg
-        self.ratio = ratio
-        self.need = need  # pages taken
-        self.free = free  # free pages before
-        self.evicted = evicted  # cached pages evicted for it, oldest first
-
-
-class SglangWorker(HandoffWorkerBase[_SReq]):
+class SglangWorker(SglDecodePath, HandoffWorkerBase[_SReq]):
     """One mock SGLang worker (see module docstring)."""
 
     def __init__(self, args: EngineArgs, worker_idx: int = 0, *, record_kv_events: bool = False,
@@ -150,14 +104,6 @@ class SglangWorker(HandoffWorkerBase[_SReq]):
         self._waiting: deque[_SReq] = deque()
         self._prebuilt: deque[_SReq] = deque()
         self._running: list[_SReq] = []
-        # Decode fast path: while ``_vec`` is set these arrays (one entry per ``_running`` request,
-        # same order) are authoritative for seq / npages / materialized; the objects are stale
-        # by ``_a_seq[i] - r.seq`` steps until :meth:`_sync_running` writes them back.
-        self._vec = False
-        self._a_seq: I64 = np.zeros(0, dtype=np.int64)
-        self._a_npg: I64 = np.zeros(0, dtype=np.int64)
-        self._a_end: I64 = np.zeros(0, dtype=np.int64)
-        self._a_rid: I64 = np.zeros(0, dtype=np.int64)
         self._sources: dict[Hashable, _SReq] = {}
         self._pending: deque[tuple[_SReq, int]] = deque()
         self._pending_ids: set[Hashable] = set()
@@ -166,12 +112,7 @@ class SglangWorker(HandoffWorkerBase[_SReq]):
         self._lifecycle: list[LifecycleEvent] = []
         self.retractions = 0
         self.oom_resets = 0
-        self.vectorized_passes = 0
-        self._bulk: _Run | None = None  # the bulk decode run in flight (start_pass(bulk=True))
-        self._tail = False  # the run's last pass finishes requests, applied once it has started
-        self.bulk_runs = 0
-        self.bulk_joins = 0  # runs whose first pass admits activated requests
-        self.bulk_tails = 0  # runs whose last pass finishes requests
+        self._init_decode_path()
 
     # --- hooks of the shared handoff bookkeeping (handoff_base) --------------------------------
 
@@ -243,7 +184,7 @@ class SglangWorker(HandoffWorkerBase[_SReq]):
             self._running.append(r)
             promoted.append(r)
             admissions.append(Admission(r.rid, 0))
-        if promoted and self._vec:
+        if promoted and self._lazy:
             self._vec_append(promoted)
         can_run: list[_SReq] = []
         total_isl = total_prefix = prompt_tokens = 0
@@ -322,157 +263,6 @@ class SglangWorker(HandoffWorkerBase[_SReq]):
                                rejected=c.rejected, lifecycle=c.lifecycle + tuple(retry),
                                kv_events=c.kv_events + events, run_times=c.run_times)
         return c
-
-    # --- bulk decode runs ---------------------------------------------------------------------
-
-    def _start_run(self, now_ms: float) -> PassPlan | None:
-        """Every running request decodes, nothing is queued but activated destinations that
-        all join now: until the first request finishes, each pass is the vectorised decode
-        step with a known batch, so the passes through that one are computed at once (None:
-        fewer than two such passes, or the pool might not cover them and the per-pass path
-        decides).  The first pass promotes the joiners, as a decode pass does; the completions
-        of the last pass are applied once it is known to have started (:meth:`_end_run_tail`,
-        from :meth:`split_run` or :meth:`finish_pass`), so a run cut before it leaves them
-        running."""
-        promote: list[_SReq] | None = None
-        if self._prebuilt:
-            promote = list(self._prebuilt)
-            if len(self._running) + len(promote) > self.args.max_num_seqs:
-                return None
-            for r in promote:
-                if r.pub < len(r.hashes) or r.materialized != r.seq or r.seq >= r.prompt + r.maxout:
-                    return None
-        if not self._vec and not self._vec_load():
-            return None
-        seq, npg, ends = self._a_seq, self._a_npg, self._a_end
-        if promote is not None:
-            seq = np.concatenate((seq, [r.seq for r in promote])).astype(np.int64, copy=False)
-            npg = np.concatenate((npg, [r.npages for r in promote])).astype(np.int64, copy=False)
-            ends = np.concatenate((ends, [r.prompt + r.maxout for r in promote])).astype(np.int64, copy=False)
-        left = ends - seq
-        n_pass = int(left.min())  # through the pass in which somebody finishes
-        page = self._page
-        pool = self.pool
-        # a held source's SourceHeld belongs to its own pass: stop before it (prefill side)
-        tail = True
-        if self._sources:
-            batch = self._running + promote if promote is not None else self._running
-            tail = not any(batch[i].source for i in np.flatnonzero(left == n_pass).tolist())
-        if not tail:
-            n_pass -= 1
-        npg_end = np.maximum(npg, (seq + (n_pass + page - 1)) // page)  # pages for seq + n_pass
-        need = int(np.add.reduce(npg_end - npg))
-        if need > pool.available:
-            if not tail:
-                return None
-            tail = False  # the per-pass path decides the finishing pass
-            n_pass -= 1
-            npg_end = np.maximum(npg, (seq + (n_pass + page - 1)) // page)
-            need = int(np.add.reduce(npg_end - npg))
-            if need > pool.available:
-                return None
-        if n_pass < 2:
-            return None
-        admissions: tuple[Admission, ...] = ()
-        if promote is not None:
-            adm: list[Admission] = []
-            for r in promote:
-                r.status = _St.RUNNING
-                adm.append(Admission(r.rid, 0))
-            self._prebuilt.clear()
-            self._running.extend(promote)
-            self._a_end = ends
-            self._a_rid = np.concatenate((self._a_rid, [r.rid for r in promote])).astype(np.int64, copy=False)
-            admissions = tuple(adm)
-        n = len(self._running)
-        # summed sequence lengths before each pass (the per-pass step caps them at the pool's
-        # tokens; the timing model's own cap at 1.0 gives the same floats)
-        active0 = int(np.add.reduce(seq))
-        times = self._timing.run_end_times(
-            now_ms, n, np.arange(active0, active0 + n * n_pass, n, dtype=np.int64))
-        free, evicted = pool.take_undoable(need)
-        run = _Run(now_ms, times, seq.copy() if promote is None else seq,
-                   npg.copy() if promote is None else npg, self.new_token_ratio, need, free, evicted)
-        self._a_seq = seq + n_pass
-        self._a_npg = npg_end
-        self._decay_ratio(n_pass)
-        self.vectorized_passes += n_pass
-        self.bulk_runs += 1
-        self.bulk_joins += promote is not None
-        self.bulk_tails += tail
-        self._bulk = run
-        self._tail = tail
-        end = float(times[-1])
-        finished = self._a_rid[left == n_pass] if tail else empty_ids()
-        self._completion = PassCompletion(end_ms=end, emitted=self._a_rid, finished=finished,
-                                          run_times=times)
-        self._busy = True
-        return PassPlan(start_ms=now_ms, end_ms=end, admissions=admissions, decode_tokens=n,
-                        last_start_ms=float(times[-2]))
-
-    def _end_run_tail(self) -> None:
-        """The run's last pass has started: the requests it finishes complete (what the decode
-        step does after it)."""
-        self._tail = False
-        self._retire_done(self._a_seq >= self._a_end, [])
-
-    def _decay_ratio(self, passes: int) -> None:
-        ratio, floor, decay = self.new_token_ratio, self._min_ratio, self._decay
-        while passes > 0 and ratio > floor:
-            ratio = max(ratio - decay, floor)
-            passes -= 1
-        self.new_token_ratio = ratio
-
-    def split_run(self, now_ms: float, started: bool) -> tuple[float, float] | None:
-        run = self._bulk
-        if run is None:
-            return None
-        times = run.times
-        total = int(times.shape[0])
-        keep = cut_point(times, now_ms, started)
-        if keep >= total:
-            if self._tail:
-                self._end_run_tail()
-            return None
-        self._tail = False  # the finishing pass was cut off: they keep running
-        seq = run.seq + keep
-        npg = np.maximum(run.npg, (seq + (self._page - 1)) // self._page)
-        need = int(np.add.reduce(npg - run.npg))
-        evicted = self.pool.untake(run.free, run.evicted, run.need, need)
-        self._a_seq, self._a_npg = seq, npg
-        self.new_token_ratio = run.ratio
-        self._decay_ratio(keep)
-        self.vectorized_passes -= total - keep
-        kept = times[:keep]
-        end = float(kept[-1])
-        assert self._completion is not None
-        self._completion = PassCompletion(end_ms=end, emitted=self._completion.emitted,
-                                          run_times=kept if keep >= 2 else None)
-        if keep < 2:
-            self._bulk = None
-        else:
-            self._bulk = _Run(run.start_ms, kept, run.seq, run.npg, run.ratio, need, run.free, evicted)
-        return end, float(kept[-2]) if keep >= 2 else run.start_ms
-
-    def run_blocks_ahead(self, at_ms: float) -> int:
-        run = self._bulk
-        if run is None:
-            return 0
-        keep = cut_point(run.times, at_ms, True)
-        if keep >= run.times.shape[0]:
-            return self._tail_blocks() if self._tail else 0
-        npg = np.maximum(run.npg, -(-(run.seq + keep) // self._page))
-        return run.need - int((npg - run.npg).sum())
-
-    def _tail_blocks(self) -> int:
-        """Pages the run's finishing requests give up when its last pass starts (what
-        :meth:`_end_run_tail` will free): the per-pass replay has already freed them once that
-        pass has started.  A held source keeps its pages; a cached page stays in use while
-        someone else still references it."""
-        done = self._a_seq >= self._a_end
-        finishing = [self._running[i] for i in np.flatnonzero(done).tolist()]
-        pages = self._a_npg[done].tolist()
-        return blocks_freed(self.pool, ((p, r.cached) for r, p in zip(finishing, pages) if not r.source))
 
     # --- internals -----------------------------------------------------------------------------
 
@@ -563,95 +353,6 @@ class SglangWorker(HandoffWorkerBase[_SReq]):
             if rem_chunk <= 0:
                 break
         return can_run, total_isl, total_prefix, prompt_tokens
-
-    def _vec_load(self) -> bool:
-        """Build the decode arrays from the running objects (False: a request needs the object
-        path, e.g. it still has unpublished prompt pages)."""
-        run = self._running
-        for r in run:
-            if r.pub < len(r.hashes) or r.materialized != r.seq or r.seq >= r.prompt + r.maxout:
-                return False
-        n = len(run)
-        self._a_seq = np.fromiter([r.seq for r in run], dtype=np.int64, count=n)
-        self._a_npg = np.fromiter([r.npages for r in run], dtype=np.int64, count=n)
-        self._a_end = np.fromiter([r.prompt + r.maxout for r in run], dtype=np.int64, count=n)
-        self._a_rid = np.fromiter([r.rid for r in run], dtype=np.int64, count=n)
-        self._vec = True
-        return True
-
-    def _vec_append(self, added: list[_SReq]) -> None:
-        """Requests appended to ``_running`` while the arrays are live (their objects are fresh)."""
-        for r in added:
-            if r.pub < len(r.hashes) or r.materialized != r.seq or r.seq >= r.prompt + r.maxout:
-                self._sync_running()
-                return
-        self._a_seq = np.concatenate((self._a_seq, [r.seq for r in added]))
-        self._a_npg = np.concatenate((self._a_npg, [r.npages for r in added]))
-        self._a_end = np.concatenate((self._a_end, [r.prompt + r.maxout for r in added]))
-        self._a_rid = np.concatenate((self._a_rid, [r.rid for r in added]))
-
-    def _sync_running(self) -> None:
-        """Write the decode arrays back into the running objects and leave the fast path."""
-        if not self._vec:
-            return
-        self._vec = False
-        for r, seq, npg in zip(self._running, self._a_seq.tolist(), self._a_npg.tolist()):
-            d = seq - r.seq
-            if d:
-                r.seq = seq
-                r.materialized += d
-            r.npages = npg
-
-    def _decode_running_vec(self, finished: list[int]) -> tuple[float, I64] | None:
-        """``_decode_step(self._running)`` on arrays, for the common case: nobody is done
-        before the step and the pool covers every page growth (no retraction).  Returns
-        (decode ms, emitted ids), or None when the object path must run instead."""
-        run = self._running
-        if not run or not self._allow_vec:
-            return None
-        if not self._vec and not self._vec_load():
-            return None
-        # (nobody is done before the step: requests with nothing to generate never enter the
-        # arrays, and those that finish leave them)
-        seq, npg = self._a_seq, self._a_npg
-        grow = seq >= npg * self._page  # seq + 1 > npages * page
-        need = int(np.count_nonzero(grow))
-        pool = self.pool
-        if pool.available < need:
-            return None
-        active = min(int(np.add.reduce(seq)), self._total_tokens)
-        decode_ms = self._timing.decode_ms(len(run), active)
-        pool.take(need)
-        self.vectorized_passes += 1
-        npg += grow
-        seq += 1
-        emitted = self._a_rid
-        done = seq >= self._a_end
-        if np.count_nonzero(done):
-            self._retire_done(done, finished)
-        return decode_ms, emitted
-
-    def _retire_done(self, done: npt.NDArray[np.bool_], finished: list[int]) -> None:
-        """Running requests marked in ``done`` (at least one) finished their last decode step:
-        write their state back, drop them from the batch and the arrays, complete them."""
-        run = self._running
-        seq, npg = self._a_seq, self._a_npg
-        idx = np.flatnonzero(done).tolist()
-        completed = [run[i] for i in idx]
-        seq_l, npg_l = seq[idx].tolist(), npg[idx].tolist()
-        for r, s_, p_ in zip(completed, seq_l, npg_l):
-            r.materialized += s_ - r.seq
-            r.seq = s_
-            r.npages = p_
-        keep = ~done
-        self._running = list(compress(run, keep.tolist()))
-        self._a_seq = seq[keep]
-        self._a_npg = npg[keep]
-        self._a_end = self._a_end[keep]
-        self._a_rid = self._a_rid[keep]
-        for r in completed:
-            finished.append(r.rid)
-            self._complete(r)
 
     def _decode_step(self, batch: list[_SReq], emitted: list[int], finished: list[int]) -> tuple[float, bool]:
         """One decode step over ``batch`` (in place); returns (decode ms, retracted any)."""
@@ -780,6 +481,7 @@ class SglangWorker(HandoffWorkerBase[_SReq]):
     # --- introspection for tests ---------------------------------------------------------------
 
     def check_invariants(self) -> None:
+        self._check_lazy()
         self._sync_running()
         self.pool.check()
         private = 0

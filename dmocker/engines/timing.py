@@ -115,13 +115,15 @@ class PassTiming:
             p *= 54.01
             ms += p
             ms += 5.74
-            np.maximum(ms, 1.0, out=ms)
-            ms /= self._decode_div
+            # (no max(ms, 1.0): for 0 <= p <= 1 the polynomial is at least 5.74, rounding
+            # included, as active KV is never negative; and x / 1.0 == x)
+            if self._decode_div != 1.0:
+                ms /= self._decode_div
         else:
             ms.fill(polynomial_decode_ms(0, 0))
             ms /= self._decode_div
         out[0] = start_ms
-        np.cumsum(out, out=out)
+        np.add.accumulate(out, out=out)  # cumsum's loop without its Python-level dispatch
         return out[1:]
 
 

@@ -26,25 +26,14 @@ Decode time takes as active KV the summed sequence lengths of the requests decod
 (``DecodeKvAccounting.LOGICAL``, Dynamo 1.6.1: golden probe traces match it to the digit) or,
 optionally, the distinct resident blocks (``RESIDENT``, newer mocker sources).
 
-Hot path ("lockstep decode")
-----------------------------
-When every running request is decoding (its only uncomputed token is the dangling one), a
-pass advances all of them by exactly one token.  The worker then keeps them *implicitly*:
-request ``r`` has generated ``K + r.off`` tokens after pass ``K``, needs a new block in pass
-``k`` iff ``k % block_size == r.bkt``, and finishes in pass ``r.kf``.  A pass is then O(1) plus
-the requests that arrive or finish: block demand is a bucket count, completions a dict lookup,
-and the emitted ids a cached numpy array.  Anything else (prefill chunks, preemption, a full
-pool, a token budget smaller than the batch) materialises the explicit per-request state and
-runs the exact scheduler; the worker returns to lockstep as soon as the batch allows it.  Both
-paths implement the same rules, and a test replays random workloads through both.
+The lockstep decode hot path and bulk decode runs live in :mod:`dmocker.engines.vllm_lockstep`;
+the request record in :mod:`dmocker.engines.vllm_request`.
 """
 
 from __future__ import annotations
 
 import enum
-from bisect import bisect_right
 from collections import deque
-from itertools import accumulate
 from typing import Hashable
 
 import numpy as np
@@ -52,8 +41,7 @@ import numpy.typing as npt
 
 from dmocker.handoff import SourceHeld
 from dmocker.engines.block_pool import BlockPool, generated_block_ids
-from dmocker.engines.common import blocks_freed, ceil_div, cut_point
-from dmocker.engines.handoff_base import HandoffWorkerBase
+from dmocker.engines.common import ceil_div
 from dmocker.engines.interface import (
     Admission,
     DecodeKvAccounting,
@@ -66,64 +54,12 @@ from dmocker.engines.interface import (
     empty_ids,
 )
 from dmocker.engines.timing import PassTiming
+from dmocker.engines.vllm_lockstep import LockstepDecode
+from dmocker.engines.vllm_request import Demand, VllmRequest, VllmStatus
 
 __all__ = ["VllmWorker"]
 
 I64 = npt.NDArray[np.int64]
-
-# A bulk run's block demand: prefix sums of the per-pass demand over one bucket cycle (from its
-# first pass), and how many fewer blocks its first pass takes (joiners).
-_Demand = tuple[list[int], int]
-
-
-def _blocks_through(demand: _Demand, passes: int) -> int:
-    """Blocks the first ``passes`` passes of a bulk run take."""
-    cum, adj = demand
-    cycle = len(cum) - 1
-    if passes <= 0:
-        return 0
-    return (passes // cycle) * cum[cycle] + cum[passes % cycle] - adj
-
-
-
-class _St(enum.Enum):
-    WAITING = 1
-    RUNNING = 2
-    PREEMPTED = 3
-    REMOTE_PENDING = 4  # destination accepted, not reserved yet
-    RESERVED = 5  # destination reserved, not activated
-    HELD = 6  # source prefill finished, KV held
-
-
-class _Req:
-    """Per in-flight request state.
-
-    Explicit fields (``computed``, ``seq``, ``nblocks``) are authoritative except for running
-    requests while the worker is in lockstep mode; then ``off``/``bkt``/``kf`` are.
-    """
-
-    __slots__ = ("rid", "handoff", "prompt", "maxout", "limit", "hashes", "computed", "seq",
-                 "nblocks", "cached", "status", "source", "dest", "off", "bkt", "kf")
-
-    def __init__(self, req: EngineRequest, maxout: int, handoff: Hashable, status: _St,
-                 max_model_len: int | None) -> None:
-        self.rid = req.request_id
-        self.handoff = handoff
-        self.prompt = req.input_length
-        self.maxout = maxout
-        # generated-token count at which generation stops (output limit or model length)
-        self.limit = maxout if max_model_len is None else min(maxout, max_model_len - req.input_length)
-        self.hashes = req.block_hashes
-        self.computed = 0
-        self.seq = req.input_length  # prompt + generated tokens
-        self.nblocks = 0  # blocks held (cached refs + private)
-        self.cached: list[int] = []  # hashes held by reference, in block order
-        self.status = status
-        self.source = False  # registered handoff source (prefill side)
-        self.dest = False  # activated handoff destination (decode side)
-        self.off = 0
-        self.bkt = 0
-        self.kf = 0
 
 
 class _Outcome(enum.Enum):
@@ -132,7 +68,7 @@ class _Outcome(enum.Enum):
     CURRENT_PREEMPTED = 3
 
 
-class VllmWorker(HandoffWorkerBase[_Req]):
+class VllmWorker(LockstepDecode):
     """One mock vLLM worker (see module docstring)."""
 
     def __init__(self, args: EngineArgs, worker_idx: int = 0, *, record_kv_events: bool = False,
@@ -142,9 +78,9 @@ class VllmWorker(HandoffWorkerBase[_Req]):
         self._bs = args.page_tokens
         self._block = self._bs
         self._unit = "block size"
-        self._held = _St.HELD
-        self._waiting_status = _St.WAITING
-        self._pending_status = _St.REMOTE_PENDING
+        self._held = VllmStatus.HELD
+        self._waiting_status = VllmStatus.WAITING
+        self._pending_status = VllmStatus.REMOTE_PENDING
         self._is_prefill = args.worker_type is WorkerType.PREFILL
         self._caching = args.enable_prefix_caching
         self._mml = args.max_model_len
@@ -156,22 +92,22 @@ class VllmWorker(HandoffWorkerBase[_Req]):
         self._busy = False
         self._completion: PassCompletion | None = None
         self._gen = 0  # capacity generation (destination retry gating)
-        self._live: dict[int, _Req] = {}  # every request id this worker knows
-        self._waiting: deque[_Req] = deque()
-        self._run: dict[int, _Req] = {}  # running, in running order
+        self._live: dict[int, VllmRequest] = {}  # every request id this worker knows
+        self._waiting: deque[VllmRequest] = deque()
+        self._run: dict[int, VllmRequest] = {}  # running, in running order
         # lockstep state
         self._lock = False
         self._K = 0  # passes started so far
         self._bcount = [0] * self._bs
         self._sum_po = 0  # sum of prompt + off over lockstep running requests
-        self._finish_at: dict[int, list[_Req]] = {}
+        self._finish_at: dict[int, list[VllmRequest]] = {}
         self._rid_arr: I64 | None = None
         # handoff registries (insertion-ordered: deterministic)
-        self._sources: dict[Hashable, _Req] = {}  # pending or held sources by handoff id
-        self._pending: deque[tuple[_Req, int]] = deque()  # (request, last attempted generation)
+        self._sources: dict[Hashable, VllmRequest] = {}  # pending or held sources by handoff id
+        self._pending: deque[tuple[VllmRequest, int]] = deque()  # (request, last attempted generation)
         self._pending_ids: set[Hashable] = set()
-        self._reserved: dict[Hashable, _Req] = {}
-        self._active_dest: dict[Hashable, _Req] = {}
+        self._reserved: dict[Hashable, VllmRequest] = {}
+        self._active_dest: dict[Hashable, VllmRequest] = {}
         self._lifecycle: list[LifecycleEvent] = []
         # counters (telemetry, tests)
         self.preemptions = 0
@@ -179,7 +115,7 @@ class VllmWorker(HandoffWorkerBase[_Req]):
         self.exact_passes = 0
         # the bulk decode run in flight: (start ms, pass end times, K before, blocks taken by
         # the end of each pass, free blocks before, blocks evicted)
-        self._bulk: tuple[float, npt.NDArray[np.float64], int, _Demand, int, list[int]] | None = None
+        self._bulk: tuple[float, npt.NDArray[np.float64], int, Demand, int, list[int]] | None = None
         self.bulk_runs = 0
         self.bulk_joins = 0  # runs whose first pass admits activated requests
         self.bulk_tails = 0  # runs whose last pass finishes requests
@@ -187,18 +123,18 @@ class VllmWorker(HandoffWorkerBase[_Req]):
 
     # --- hooks of the shared handoff bookkeeping (handoff_base) --------------------------------
 
-    def _new_request(self, request: EngineRequest, maxout: int, handoff: Hashable, status: enum.Enum) -> _Req:
-        assert isinstance(status, _St)
-        return _Req(request, maxout, handoff, status, self._mml)
+    def _new_request(self, request: EngineRequest, maxout: int, handoff: Hashable, status: enum.Enum) -> VllmRequest:
+        assert isinstance(status, VllmStatus)
+        return VllmRequest(request, maxout, handoff, status, self._mml)
 
-    def _remove(self, r: _Req) -> None:
+    def _remove(self, r: VllmRequest) -> None:
         self._drop(r)
 
-    def _mark_reserved(self, head: _Req, n_blocks: int) -> None:
+    def _mark_reserved(self, head: VllmRequest, n_blocks: int) -> None:
         head.nblocks = n_blocks
-        head.status = _St.RESERVED
+        head.status = VllmStatus.RESERVED
 
-    def _reservation_gate(self, head: _Req) -> bool:
+    def _reservation_gate(self, head: VllmRequest) -> bool:
         return len(self._run) < self.args.max_num_seqs
 
     # --- protocol surface ----------------------------------------------------------------------
@@ -221,14 +157,14 @@ class VllmWorker(HandoffWorkerBase[_Req]):
 
     # --- commands: destination side ------------------------------------------------------------
 
-    def _materialize_destination(self, r: _Req) -> None:
+    def _materialize_destination(self, r: VllmRequest) -> None:
         # Commit: fresh full prompt blocks enter the cache (Stored); the partial tail and any
         # block whose hash got cached meanwhile stay private.
         if self._caching and len(r.hashes) > len(r.cached):
             r.cached.extend(self.pool.promote(r.hashes[len(r.cached):]))
         r.computed = r.prompt
         r.seq = r.prompt
-        r.status = _St.WAITING
+        r.status = VllmStatus.WAITING
         self._waiting.append(r)
 
     # --- passes --------------------------------------------------------------------------------
@@ -252,181 +188,6 @@ class VllmWorker(HandoffWorkerBase[_Req]):
             self._materialize_at_rest()
         return self._exact_pass(now_ms, k)
 
-    def _start_run(self, now_ms: float) -> PassPlan | None:
-        """Lockstep with nothing queued but activated destinations that all join now: every
-        pass through the next completion is determined (the batch, each pass's block demand,
-        its decode time), so those passes are computed at once, as far as the pool surely
-        covers their blocks (None: fewer than two).  The first pass admits the joiners (as a
-        lockstep pass does: they need no block in it); the last pass may be the one where
-        requests finish: that completion is applied when the run's last pass is known to have
-        started (:meth:`_end_run_tail`, from :meth:`split_run` or :meth:`finish_pass`), so a run
-        cut before it leaves them running."""
-        run = self._run
-        n = len(run)
-        mbt = self.args.max_num_batched_tokens
-        K = self._K
-        k = K + 1
-        bs = self._bs
-        finish_at = self._finish_at
-        kf = min(finish_at) if finish_at else -1
-        joiners: list[_Req] | None = None
-        if self._waiting:
-            joiners = list(self._waiting)
-            n += len(joiners)
-            if n > mbt or n > self.args.max_num_seqs:
-                return None
-            mml = self._mml
-            for r in joiners:
-                # materialized (no prefill), not rejected, and emitting at least twice
-                if (r.computed < r.prompt or r.nblocks * bs < r.prompt or r.limit < 2
-                        or (mml is not None and r.prompt >= mml)):
-                    return None
-                if kf < 0 or r.limit + K < kf:
-                    kf = r.limit + K  # its finishing pass: limit - off with off = 1 - k
-        elif n > mbt:
-            return None
-        if kf < 0:
-            return None
-        n_pass = kf - K  # through the first pass in which somebody finishes
-        if n_pass < 2:
-            return None
-        # Block demand of pass k + i is rot[i % bs] (a request's bucket comes round every bs
-        # passes), so the blocks the first j passes take have a closed form (_blocks_through).
-        bcount = self._bcount
-        k0 = k % bs
-        rot = bcount[k0:] + bcount[:k0]
-        adj = 0
-        if joiners is not None:
-            first = rot[0]
-            for r in joiners:
-                rot[(1 - r.prompt) % bs] += 1  # its bucket (1 + k - prompt) % bs, relative to k
-            adj = rot[0] - first  # joiners need no block in the pass that admits them
-        demand = (list(accumulate(rot, initial=0)), adj)
-        need = _blocks_through(demand, n_pass)
-        available = self.pool.available
-        tail = kf
-        if need > available:
-            n_pass = bisect_right(range(n_pass + 1), available, key=lambda j: _blocks_through(demand, j)) - 1
-            if n_pass < 2:
-                return None
-            need = _blocks_through(demand, n_pass)
-            tail = -1
-        elif any(r.source for r in finish_at.get(kf, ())):
-            tail = -1  # a held source's SourceHeld belongs to its own pass: stop before it
-            n_pass -= 1
-            if n_pass < 2:
-                return None
-            need = _blocks_through(demand, n_pass)
-        admissions: tuple[Admission, ...] = ()
-        if joiners is not None:
-            self._waiting.clear()
-            adm: list[Admission] = []
-            joined: list[int] = []
-            sum_po = self._sum_po
-            for r in joiners:
-                r.status = _St.RUNNING
-                adm.append(Admission(r.rid, 0))
-                run[r.rid] = r
-                r.off = 1 - k
-                r.bkt = (2 - r.prompt - r.off) % bs
-                bcount[r.bkt] += 1
-                sum_po += r.prompt + r.off
-                r.kf = r.limit - r.off
-                finish_at.setdefault(r.kf, []).append(r)
-                joined.append(r.rid)
-            self._sum_po = sum_po
-            if self._rid_arr is not None:
-                self._rid_arr = np.concatenate((self._rid_arr, np.array(joined, dtype=np.int64)))
-            admissions = tuple(adm)
-        active0 = self._sum_po + n * K  # summed sequence lengths before pass k's sample
-        times = self._timing.run_end_times(
-            now_ms, n, np.arange(active0, active0 + n * n_pass, n, dtype=np.int64))
-        free, evicted = self.pool.take_undoable(need)
-        self._bulk = (now_ms, times, K, demand, free, evicted)
-        self._tail = tail
-        self._K = K + n_pass
-        self.lockstep_passes += n_pass
-        self.bulk_runs += 1
-        self.bulk_joins += joiners is not None
-        self.bulk_tails += tail >= 0
-        end = float(times[-1])
-        finished = empty_ids()
-        if tail >= 0:
-            finished = np.array([r.rid for r in finish_at[tail]], dtype=np.int64)
-        self._completion = PassCompletion(end_ms=end, emitted=self._running_ids(), finished=finished,
-                                          run_times=times)
-        self._busy = True
-        return PassPlan(start_ms=now_ms, end_ms=end, admissions=admissions, decode_tokens=n,
-                        last_start_ms=float(times[-2]))
-
-    def _end_run_tail(self) -> None:
-        """The run's last pass has started: its finishing requests complete (what the lockstep
-        pass does at its start for them)."""
-        k = self._tail
-        self._tail = -1
-        finishing = self._finish_at.pop(k)
-        run = self._run
-        bs = self._bs
-        bcount = self._bcount
-        emitted = self._running_ids()
-        keep = emitted != finishing[0].rid
-        for r in finishing[1:]:
-            keep &= emitted != r.rid
-        for r in finishing:
-            del run[r.rid]
-            bcount[r.bkt] -= 1
-            self._sum_po -= r.prompt + r.off
-            r.seq = r.prompt + r.limit
-            r.computed = r.seq - 1
-            r.nblocks = ceil_div(r.computed, bs)
-            self._complete(r)
-        self._rid_arr = emitted[keep]
-        if not run:
-            self._lock = False
-
-    def split_run(self, now_ms: float, started: bool) -> tuple[float, float] | None:
-        run = self._bulk
-        if run is None:
-            return None
-        start, times, K, demand, free, evicted = run
-        total = int(times.shape[0])
-        keep = cut_point(times, now_ms, started)
-        if keep >= total:
-            if self._tail >= 0:
-                self._end_run_tail()
-            return None
-        self._tail = -1  # the finishing pass was cut off: they keep running
-        evicted = self.pool.untake(free, evicted, _blocks_through(demand, total), _blocks_through(demand, keep))
-        self._K = K + keep
-        self.lockstep_passes -= total - keep
-        kept = times[:keep]
-        end = float(kept[-1])
-        assert self._completion is not None
-        self._completion = PassCompletion(end_ms=end, emitted=self._completion.emitted,
-                                          run_times=kept if keep >= 2 else None)
-        self._bulk = (start, kept, K, demand, free, evicted) if keep >= 2 else None
-        return end, float(kept[-2]) if keep >= 2 else start
-
-    def run_blocks_ahead(self, at_ms: float) -> int:
-        run = self._bulk
-        if run is None:
-            return 0
-        times, demand = run[1], run[3]
-        total = int(times.shape[0])
-        keep = cut_point(times, at_ms, True)
-        if keep < total:
-            return _blocks_through(demand, total) - _blocks_through(demand, keep)
-        return self._tail_blocks() if self._tail >= 0 else 0
-
-    def _tail_blocks(self) -> int:
-        """Blocks the run's finishing requests give up when its last pass starts (what
-        :meth:`_end_run_tail` will free): the per-pass replay has already freed them once that
-        pass has started.  A held source keeps its blocks; a cached block stays in use while
-        someone else still references it."""
-        bs = self._bs
-        return blocks_freed(self.pool, ((ceil_div(r.prompt + r.limit - 1, bs), r.cached)
-                                        for r in self._finish_at[self._tail] if not r.source))
-
     def finish_pass(self) -> PassCompletion:
         if not self._busy or self._completion is None:
             raise RuntimeError(f"worker {self.worker_idx} has no pass in flight")
@@ -449,170 +210,6 @@ class VllmWorker(HandoffWorkerBase[_Req]):
                 run_times=c.run_times,
             )
         return c
-
-    # --- lockstep pass -------------------------------------------------------------------------
-
-    def _lockstep_pass(self, now_ms: float, k: int, n_before: int) -> PassPlan | None:
-        """Every running request computes its dangling token and samples the next one."""
-        self._K = k
-        budget = self.args.max_num_batched_tokens - n_before
-        admissions: list[Admission] = []
-        rejected: list[int] = []
-        new: list[_Req] = []
-        exact_tail = False
-        run = self._run
-        max_seqs = self.args.max_num_seqs
-        bs = self._bs
-        while self._waiting and len(run) + len(new) < max_seqs:
-            r = self._next_waiting(bool(self._pending))
-            if r is None:
-                break
-            if self._mml is not None and r.prompt >= self._mml:
-                self._drop(r)
-                rejected.append(r.rid)
-                continue
-            if r.computed >= r.prompt and r.nblocks * bs >= r.prompt:
-                self._waiting.remove(r)
-                r.status = _St.RUNNING
-                admissions.append(Admission(r.rid, 0))
-                new.append(r)
-                if budget == 0:
-                    break
-                continue
-            if self._pending:
-                break
-            exact_tail = True  # a fresh admission needs the exact scheduler
-            break
-        if exact_tail:
-            # Finish this pass exactly: running requests have computed their dangling token.
-            self._materialize_mid_pass(k)
-            for r in new:
-                run[r.rid] = r
-            return self._exact_pass(now_ms, k, resume=(budget, admissions, rejected))
-        self.lockstep_passes += 1
-        # decode time sees the active KV before completions free anything (as the reference)
-        if self._logical_kv:
-            # sequence lengths before this pass's sample: prompt + (k - 1 + off) generated
-            active_tokens = self._sum_po + len(run) * (k - 1) + sum(r.prompt for r in new if r.limit > 0)
-        else:
-            active_tokens = self.pool.num_active_blocks * bs
-        finishing = self._finish_at.pop(k, None)
-        finished_ids: list[int] = []
-        no_token: list[_Req] = []
-        joined: list[int] = []  # emitting newcomers, in the order they join `run`
-        if new:
-            for r in new:
-                run[r.rid] = r
-                r.off = 1 - k
-                r.bkt = (2 - r.prompt - r.off) % bs
-                if r.limit <= 0:
-                    no_token.append(r)
-                    continue
-                joined.append(r.rid)
-                self._bcount[r.bkt] += 1
-                self._sum_po += r.prompt + r.off
-                r.kf = r.limit - r.off
-                if r.kf == k:
-                    finishing = (finishing or []) + [r]
-                else:
-                    self._finish_at.setdefault(r.kf, []).append(r)
-        if no_token:
-            for r in no_token:
-                del run[r.rid]
-                finished_ids.append(r.rid)
-                self._complete(r)
-        if joined and self._rid_arr is not None:
-            # run = the cached batch + the joiners (no-token newcomers already left again):
-            # extend the cached array instead of rebuilding it from `run` (O(batch) in Python)
-            self._rid_arr = np.concatenate((self._rid_arr, np.array(joined, dtype=np.int64)))
-        emitted = self._running_ids()
-        n_ready = len(emitted)
-        if finishing:
-            for r in finishing:
-                del run[r.rid]
-                self._bcount[r.bkt] -= 1
-                self._sum_po -= r.prompt + r.off
-                g = r.limit
-                r.seq = r.prompt + g
-                r.computed = r.seq - 1
-                r.nblocks = ceil_div(r.computed, bs)
-                finished_ids.append(r.rid)
-                self._complete(r)
-        if finishing:
-            # the next batch is this one minus the leavers (a new array: handed-out arrays are
-            # never mutated; the collector's same-array shortcut relies on it)
-            keep = emitted != finishing[0].rid
-            for r in finishing[1:]:
-                keep &= emitted != r.rid
-            self._rid_arr = emitted[keep]
-        if not run:
-            self._lock = False
-        decode_ms = self._timing.decode_ms(n_ready, active_tokens) if not self._is_prefill else 0.0
-        if not n_ready and not finished_ids and not admissions and not rejected and not n_before:
-            return None
-        return self._begin(now_ms, now_ms + decode_ms, admissions, rejected, emitted,
-                           np.array(finished_ids, dtype=np.int64) if finished_ids else empty_ids(),
-                           0, n_ready)
-
-    def _running_ids(self) -> I64:
-        arr = self._rid_arr
-        if arr is None:
-            arr = np.fromiter(self._run.keys(), dtype=np.int64, count=len(self._run))
-            self._rid_arr = arr
-        return arr
-
-    def _materialize_at_rest(self) -> None:
-        """Lockstep -> explicit state between passes (after pass ``K``)."""
-        K = self._K
-        bs = self._bs
-        for r in self._run.values():
-            g = K + r.off
-            r.seq = r.prompt + g
-            r.computed = r.seq - 1
-            r.nblocks = ceil_div(r.computed, bs)
-        self._leave_lockstep()
-
-    def _materialize_mid_pass(self, k: int) -> None:
-        """Lockstep -> explicit state after pass ``k``'s running phase (dangling token computed)."""
-        bs = self._bs
-        for r in self._run.values():
-            g = k - 1 + r.off
-            r.seq = r.prompt + g
-            r.computed = r.seq
-            r.nblocks = ceil_div(r.computed, bs)
-        self._leave_lockstep()
-
-    def _leave_lockstep(self) -> None:
-        self._lock = False
-        self._sum_po = 0
-        self._bcount = [0] * self._bs
-        self._finish_at.clear()
-        self._rid_arr = None
-
-    def _try_enter_lockstep(self) -> None:
-        """After an exact pass ``K``: switch to lockstep if every running request is decoding."""
-        if not self._allow_lockstep or not self._run:
-            return
-        bs = self._bs
-        for r in self._run.values():
-            if r.computed != r.seq - 1 or r.computed < r.prompt or r.nblocks != ceil_div(r.computed, bs):
-                return
-        K = self._K
-        bcount = [0] * bs
-        finish_at: dict[int, list[_Req]] = {}
-        sum_po = 0
-        for r in self._run.values():
-            r.off = (r.seq - r.prompt) - K
-            r.bkt = (2 - r.prompt - r.off) % bs
-            bcount[r.bkt] += 1
-            sum_po += r.prompt + r.off
-            r.kf = r.limit - r.off
-            finish_at.setdefault(r.kf, []).append(r)
-        self._bcount = bcount
-        self._sum_po = sum_po
-        self._finish_at = finish_at
-        self._rid_arr = None
-        self._lock = True
 
     # --- exact pass ----------------------------------------------------------------------------
 
@@ -690,7 +287,7 @@ class VllmWorker(HandoffWorkerBase[_Req]):
             if r.computed >= r.prompt and r.nblocks * bs >= r.prompt:
                 # Materialized: the prompt is already here; no prefill, no reuse reported.
                 self._waiting.remove(r)
-                r.status = _St.RUNNING
+                r.status = VllmStatus.RUNNING
                 run.append(r)
                 admissions.append(Admission(r.rid, 0))
                 changed = True
@@ -699,7 +296,7 @@ class VllmWorker(HandoffWorkerBase[_Req]):
                 continue
             if pending_head:
                 break
-            if r.status is _St.WAITING and ceil_div(r.seq, bs) > args.num_gpu_blocks:
+            if r.status is VllmStatus.WAITING and ceil_div(r.seq, bs) > args.num_gpu_blocks:
                 self._drop(r)
                 rejected.append(r.rid)
                 changed = True
@@ -721,8 +318,8 @@ class VllmWorker(HandoffWorkerBase[_Req]):
 
         # 3. emission
         prefill_ms = self._timing.prefill_ms(stats[0], stats[1], stats[2])
-        ready: list[_Req] = []
-        done: list[_Req] = []
+        ready: list[VllmRequest] = []
+        done: list[VllmRequest] = []
         for r in run:
             if r.computed >= r.seq:
                 if r.seq - r.prompt < r.limit:
@@ -783,7 +380,7 @@ class VllmWorker(HandoffWorkerBase[_Req]):
             decode_tokens=n_ready,
         )
 
-    def _prefix_cost(self, r: _Req) -> tuple[int, int]:
+    def _prefix_cost(self, r: VllmRequest) -> tuple[int, int]:
         """(cached_tokens, active_cached_tokens) of a waiting request, with vLLM's rule that a
         fully cached context still recomputes its last block (it needs logits)."""
         if not self._caching or not r.hashes:
@@ -798,7 +395,7 @@ class VllmWorker(HandoffWorkerBase[_Req]):
                 cached = cap
         return cached, min(active * bs, cached)
 
-    def _known_hashes(self, r: _Req) -> tuple[int, ...] | list[int]:
+    def _known_hashes(self, r: VllmRequest) -> tuple[int, ...] | list[int]:
         """Cache ids of every full block of the known sequence: the prompt's chained hashes,
         then (a preempted request's) generated blocks, which it can hit again on re-admission
         as in the reference, where they are cached under their token hashes."""
@@ -810,11 +407,11 @@ class VllmWorker(HandoffWorkerBase[_Req]):
 
     def _schedule(
         self,
-        r: _Req,
+        r: VllmRequest,
         from_waiting: bool,
         cached_tokens: int,
         budget: int,
-        run: list[_Req],
+        run: list[VllmRequest],
         scheduled: dict[int, tuple[int, int, int]],
     ) -> tuple[_Outcome, int, int, int, tuple[int, int, int, int] | None]:
         """Schedule one request. Returns (outcome, tokens used, prompt tokens, prompt tokens
@@ -882,23 +479,23 @@ class VllmWorker(HandoffWorkerBase[_Req]):
         scheduled[r.rid] = (used, prompt_tokens, prompt_before)
         if from_waiting:
             self._waiting.remove(r)
-            r.status = _St.RUNNING
+            r.status = VllmStatus.RUNNING
             run.append(r)
         return _Outcome.SCHEDULED, used, prompt_tokens, prompt_before, u
 
-    def _preempt_lifo(self, run: list[_Req]) -> _Req | None:
+    def _preempt_lifo(self, run: list[VllmRequest]) -> VllmRequest | None:
         if not run:
             return None
         victim = run.pop()
         self._free_kv(victim)
         victim.computed = 0
-        victim.status = _St.PREEMPTED
+        victim.status = VllmStatus.PREEMPTED
         self._waiting.appendleft(victim)
         self.preemptions += 1
         self._gen += 1
         return victim
 
-    def _next_waiting(self, prefer_materialized: bool) -> _Req | None:
+    def _next_waiting(self, prefer_materialized: bool) -> VllmRequest | None:
         if not prefer_materialized:
             return self._waiting[0]
         bs = self._bs
@@ -907,10 +504,10 @@ class VllmWorker(HandoffWorkerBase[_Req]):
                 return r
         return None
 
-    def _complete(self, r: _Req) -> None:
+    def _complete(self, r: VllmRequest) -> None:
         """Generation finished: a registered source is held, anything else is freed."""
         if r.source:
-            r.status = _St.HELD
+            r.status = VllmStatus.HELD
             self._lifecycle.append(SourceHeld(r.handoff, self.args.transfer_timing(r.prompt)))
         else:
             self._free_kv(r)
@@ -923,7 +520,7 @@ class VllmWorker(HandoffWorkerBase[_Req]):
 
     # --- internals: KV and bookkeeping ---------------------------------------------------------
 
-    def _free_kv(self, r: _Req) -> None:
+    def _free_kv(self, r: VllmRequest) -> None:
         pool = self.pool
         if self._caching:
             # full blocks of generated tokens were cached when computed (under unreachable
@@ -938,9 +535,9 @@ class VllmWorker(HandoffWorkerBase[_Req]):
         r.cached = []
         r.nblocks = 0
 
-    def _drop(self, r: _Req) -> None:
+    def _drop(self, r: VllmRequest) -> None:
         """Remove a request wherever it is (between passes), freeing its KV."""
-        if r.status is _St.RUNNING:
+        if r.status is VllmStatus.RUNNING:
             if self._lock:
                 self._materialize_at_rest()
             del self._run[r.rid]
@@ -973,7 +570,7 @@ class VllmWorker(HandoffWorkerBase[_Req]):
         out: dict[int, tuple[str, int, int, int]] = {}
         K, bs = self._K, self._bs
         for rid, r in self._live.items():
-            if r.status is _St.RUNNING and self._lock:
+            if r.status is VllmStatus.RUNNING and self._lock:
                 seq = r.prompt + K + r.off
                 out[rid] = (r.status.name, seq - 1, seq, ceil_div(seq - 1, bs))
             else:

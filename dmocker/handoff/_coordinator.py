@@ -116,10 +116,12 @@ class _Compiled:
         "clears_journal",
         "allowed",
         "cleanup",
+        "complete",
     )
 
     def __init__(self, spec: ProtocolSpec, order: HandoffOrder) -> None:
         self.table: CompiledTable = compile_table(spec, order)
+        self.complete = self.table.complete  # per state: the handoff is complete (hot path)
         events = self.table.events
         self.start = events.index("start")
         self.fact_events = {cls: events.index(name) for cls, name in _FACT_NAMES.items()}
@@ -284,7 +286,7 @@ class HandoffCoordinator:
         if event is None:
             raise TypeError(f"not a handoff fact: {fact!r}")
         entry = self._c.rows[self._state][event]
-        if isinstance(entry, _Plan):
+        if type(entry) is _Plan:
             timing = fact.transfer_timing if isinstance(fact, SourceHeld) else None
             tokens = fact.transferable_prompt_tokens if isinstance(fact, DestinationReserved) else None
             return self._commit(entry, timing, tokens)
@@ -340,17 +342,21 @@ class HandoffCoordinator:
         results, errors and messages are exactly those of the public API.
         """
         action = self._issued.get(action_id)
-        if action is not None and action_id not in self._outcomes and not self._c.table.complete[self._state]:
-            event = self._c.outcome_by_type_value[type(action)].get(kind._value_)
+        outcomes = self._outcomes
+        c = self._c
+        state = self._state
+        if action is not None and action_id not in outcomes and not c.complete[state]:
+            value = kind._value_
+            event = c.outcome_by_type_value[type(action)].get(value)
             if event is not None:
-                entry = self._c.rows[self._state][event]
+                entry = c.rows[state][event]
                 if type(entry) is _Plan:
                     if entry.plain:  # _commit's apply part for a step that only moves the state
                         self._snapshot = None
-                        self._outcomes[action_id] = _PLAIN_OUTCOMES[kind._value_]
+                        outcomes[action_id] = _PLAIN_OUTCOMES[value]
                         self._state = entry.next
                         return []
-                    return self._commit(entry, None, None, action_id, _PLAIN_OUTCOMES[kind._value_])
+                    return self._commit(entry, None, None, action_id, _PLAIN_OUTCOMES[value])
         return self.on_action_outcome(action_id, Outcome(kind))
 
     def snapshot(self) -> Hashable:

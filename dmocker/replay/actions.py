@@ -78,7 +78,11 @@ class ActionExecution(RuntimeBase):
             self._pending.extend(queued)
 
     def _defer(self, req: _Req, issued: IssuedAction, stage: Stage, idx: int) -> bool:
-        self._deferred[stage].setdefault(idx, deque()).append((req, issued))
+        by_worker = self._deferred[stage]
+        queue = by_worker.get(idx)
+        if queue is None:  # (not setdefault: that builds a deque on every call)
+            queue = by_worker[idx] = deque()
+        queue.append((req, issued))
         req.queued += 1
         return False
 
@@ -147,8 +151,9 @@ class ActionExecution(RuntimeBase):
             )
         _, expected, ok, what = _ACQUIRE[stage]
         self._settle(stage, idx)
-        self._dirty[stage][idx] = True
         worker = self._workers[stage][idx]
+        if not worker.busy:  # a busy worker is asked to start a pass when this one completes
+            self._dirty[stage][idx] = True
         try:
             if stage == _P:
                 effects = worker.submit_handoff_prefill(req.rid, req.engine_request)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import array
 import enum
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,6 +56,7 @@ def nearest_rank(n: int, p: float) -> int:
 
 _fmin = np.fmin.reduce
 _fmax = np.fmax.reduce
+_count: Callable[[npt.NDArray[np.bool_]], int] = np.count_nonzero  # without an axis: a Python int
 
 PERCENTILES = (("median", 50.0), ("p75", 75.0), ("p90", 90.0), ("p95", 95.0), ("p99", 99.0))
 
@@ -538,15 +540,23 @@ class Collector:
                 gaps.add_same(first - seen[1], n)
             else:
                 prev = last[ids]  # NaN for a request's first token
-                lo_ = _fmin(prev)
-                if lo_ == _fmax(prev):
-                    # Every continuing request last emitted at the same time (lockstep
-                    # decoding): one weighted sample instead of one per request.
-                    c = int(np.count_nonzero(prev == prev))
+                # The common case first, with one comparison instead of a NaN-aware min and
+                # max: the batch changed, but every member with a previous token last emitted
+                # at this source's previous pass (NaN, equal to nothing, without one).  The
+                # samples are the same as the general test's below.
+                t0 = seen[1] if seen is not None else math.nan
+                c = _count(prev == t0)
+                if c == n or c == _count(prev == prev):
                     if c:
-                        gaps.add_same(first - float(lo_), c)
-                elif lo_ == lo_:
-                    gaps.add_many(first - prev)  # NaNs are dropped at fold time
+                        gaps.add_same(first - t0, c)
+                else:
+                    lo_ = _fmin(prev)
+                    if lo_ == _fmax(prev):
+                        # Every continuing request last emitted at the same time (lockstep
+                        # decoding): one weighted sample instead of one per request.
+                        gaps.add_same(first - float(lo_), int(_count(prev == prev)))
+                    elif lo_ == lo_:
+                        gaps.add_many(first - prev)  # NaNs are dropped at fold time
             last[ids] = end
             self._tokens[ids] += more + 1
         if more:

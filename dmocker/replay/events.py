@@ -58,14 +58,14 @@ class DeadEndError(RuntimeError):
     a prompt that never fits), and the user needs to know which one.
     """
 
-    def __init__(self, now_ms: float, stuck: Sequence[str]) -> None:
+    def __init__(self, now_ms: float, stuck: Sequence[str], why: str = "") -> None:
         self.now_ms = now_ms
         self.stuck = tuple(stuck)
         shown = ", ".join(self.stuck[:10])
         more = f" (+{len(self.stuck) - 10} more)" if len(self.stuck) > 10 else ""
         super().__init__(
             f"replay reached a dead end at t={now_ms:.3f} ms with {len(self.stuck)} "
-            f"request(s) unable to progress: {shown}{more}"
+            f"request(s) unable to progress{why}: {shown}{more}"
         )
 
 

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .report import JsonValue
+from .routing.protocol import Pool
 
 __all__ = [
     "FaultKind",
@@ -73,15 +74,6 @@ CAUSE_OF_KIND: dict[FaultKind, FaultCause] = {
     FaultKind.FAIL: FaultCause.ACTION_FAILED,
     FaultKind.TIMEOUT: FaultCause.TRANSFER_TIMEOUT,
 }
-
-
-class Pool(enum.Enum):
-    PREFILL = "prefill"
-    DECODE = "decode"
-
-    @property
-    def stage(self) -> int:
-        return 0 if self is Pool.PREFILL else 1
 
 
 @dataclass(frozen=True, slots=True)

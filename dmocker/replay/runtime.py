@@ -91,10 +91,20 @@ _RANK_LATE: Final = 1 << 22
 _TRANSFER: Final = int(EventKind.TRANSFER_COMPLETE)
 _INJECTED: Final = int(EventKind.INJECTED_FACT)
 _READY: Final = int(EventKind.WORKER_READY)
+# Planner ticks in a row with work left, no arrival to come and no worker starting, after which
+# the run is a dead end (a planner that has not scaled in this many ticks will not).
+_IDLE_TICKS_LIMIT: Final = 1000
 _TICK: Final = int(EventKind.PLANNER_TICK)
 # Enum members used on the per-action path, bound once: in Python 3.11 reading a member off
 # its class (``Phase.DONE``) costs ~5x a module global, and these run ~10 times per request.
 _DONE: Final = Phase.DONE
+_PREFILL: Final = Stage.PREFILL
+_DECODE: Final = Stage.DECODE
+_QUEUED_PREFILL: Final = Phase.QUEUED_PREFILL
+_RUNNING_PREFILL: Final = Phase.RUNNING_PREFILL
+_READY_DECODE: Final = Phase.READY_DECODE
+_RUNNING_DECODE: Final = Phase.RUNNING_DECODE
+_EV_PASS: Final = EventKind.PASS_COMPLETION
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,8 +241,13 @@ class DisaggRuntime(ActionExecution, CoordinatorIO, RoutingHooks, ClusterControl
         next_ready = self._admission.next_ready_time
         cap = self._cap
         sampler = self._sampler
+        idle_steps = 0  # consecutive steps at which only planner ticks could change anything
         while not self._is_done():
             t = next_ready()
+            if t is None and len(heap) == self._idle_events and heap:
+                idle_steps = self._count_idle_step(idle_steps)
+            else:
+                idle_steps = 0
             if heap and (t is None or heap[0][0] < t):
                 t = heap[0][0]
             if t is None:
@@ -252,6 +267,18 @@ class DisaggRuntime(ActionExecution, CoordinatorIO, RoutingHooks, ClusterControl
         else:
             self.collector.add_worker_seconds(*self._planner.worker_seconds(self.now_ms))
         return RuntimeResult(self.now_ms, capped, self._stale_pruned)
+
+    def _count_idle_step(self, steps: int) -> int:
+        """Work is left, no request can arrive and the heap holds only planner ticks and
+        worker start-ups: the planner alone can unblock the run.  Count such steps (a pending
+        start-up resets the count: a worker is coming); after ``_IDLE_TICKS_LIMIT`` of them the
+        planner is not going to act, and the run is a dead end rather than an endless loop."""
+        if any(e[1] == _READY for e in self._events.raw):
+            return 0
+        if steps >= _IDLE_TICKS_LIMIT:
+            raise DeadEndError(self.now_ms, self._describe_stuck(),
+                               f" (only planner ticks left, none of the last {_IDLE_TICKS_LIMIT} changed the cluster)")
+        return steps + 1
 
     @property
     def in_flight(self) -> int:
@@ -294,9 +321,9 @@ class DisaggRuntime(ActionExecution, CoordinatorIO, RoutingHooks, ClusterControl
             if self._pending:
                 changed = self._drive_actions() or changed
             if True in dirty_p:
-                changed = self._drive_pool(Stage.PREFILL) or changed
+                changed = self._drive_pool(_PREFILL) or changed
             if True in dirty_d:
-                changed = self._drive_pool(Stage.DECODE) or changed
+                changed = self._drive_pool(_DECODE) or changed
             self._pools_started = True
             planner = self._planner
             if (
@@ -386,13 +413,16 @@ class DisaggRuntime(ActionExecution, CoordinatorIO, RoutingHooks, ClusterControl
         heap = self._events.raw
         workers = self._workers
         dirty = self._dirty
+        deferred = self._deferred
+        run_pass_ms = self._run_pass_ms
+        heappop = heapq.heappop
         while heap and heap[0][0] == now and heap[0][1] == _PASS:
-            stage, idx = heapq.heappop(heap)[3]
-            if stage == _D and self._run_pass_ms.pop(idx, None) is not None:
+            stage, idx = heappop(heap)[3]
+            if stage == _D and run_pass_ms and run_pass_ms.pop(idx, None) is not None:
                 self._solo_next.pop(idx, None)  # a run that ran to its end: runs pay here
             completion = workers[stage][idx].finish_pass()
             dirty[stage][idx] = True
-            if self._deferred[stage]:
+            if deferred[stage]:
                 self._wake_deferred(stage, idx)
             self._process_pass(_STAGES[stage], completion, idx)
             changed = True
@@ -448,49 +478,55 @@ class DisaggRuntime(ActionExecution, CoordinatorIO, RoutingHooks, ClusterControl
         # pushes its completion early, so every push carries its rank within the time step (the
         # _RANK_* phases) and a run the rank its last pass's push would have had: the first
         # round of its pool's phase in the first sweep, where a pass follows its predecessor.
-        first = _RANK_P1 if stage == _P else _RANK_D1
+        st = int(stage)
+        first = _RANK_P1 if st == _P else _RANK_D1
         rank = _RANK_LATE if self._pools_started else first
+        solos = self._solo
+        decode = st == _D
+        planner = self._planner
+        push = self._events.push
         progress = True
         while progress:
             progress = False
-            for pos, idx in enumerate(self._serving[stage]):
+            for pos, idx in enumerate(self._serving[st]):
                 if not dirty[idx]:
                     continue
                 dirty[idx] = False
                 w = workers[idx]
                 if w.busy:
                     continue  # its pass completion marks it dirty again
-                solo = stage == _D and self._solo.get(idx, 0) > 0
+                solo = decode and solos.get(idx, 0) > 0
                 plan = w.start_pass(now, bulk and not solo)
                 if plan is None:
                     continue
                 if solo:
-                    self._solo[idx] -= 1
+                    solos[idx] -= 1
                 progress = changed = True
-                if self._planner is not None:
-                    self._planner.on_pass(stage, idx, plan)
+                if planner is not None:
+                    planner.on_pass(stage, idx, plan)
                 if plan.admissions:
                     self._on_pass_start(stage, plan, idx)
-                if plan.pass_start_kv_events and self._kv_feed and stage == _P:
+                if plan.pass_start_kv_events and self._kv_feed and st == _P:
                     self._routers[_P].on_kv_events(idx, plan.pass_start_kv_events, now)
-                if plan.end_ms <= now:
+                end = plan.end_ms
+                if end <= now:
                     completion = w.finish_pass()
                     dirty[idx] = True
-                    self._wake_deferred(stage, idx)
+                    self._wake_deferred(st, idx)
                     self._process_pass(stage, completion, idx)
                 else:
                     last = plan.last_start_ms
                     if last is None:
-                        self._events.push(plan.end_ms, EventKind.PASS_COMPLETION, (int(stage), idx), now,
-                                          rank + pos if rank == first else rank)
+                        push(end, _EV_PASS, (st, idx), now, rank + pos if rank == first else rank)
                     else:
-                        self._run_push[(int(stage), idx)] = (now, rank + pos if rank == first else rank, first + pos)
-                        self._run_pass_ms[idx] = (now, plan.end_ms - last)
-                        self._events.push(plan.end_ms, EventKind.PASS_COMPLETION, (int(stage), idx), last,
-                                          first + pos)
+                        self._run_push[(st, idx)] = (now, rank + pos if rank == first else rank, first + pos)
+                        self._run_pass_ms[idx] = (now, end - last)
+                        push(end, _EV_PASS, (st, idx), last, first + pos)
             # later rounds of this phase push after every first-round push of the stage
             if rank == first:
-                rank = _RANK_P2 if stage == _P else _RANK_LATE
+                rank = _RANK_P2 if st == _P else _RANK_LATE
+            if progress and True not in dirty:
+                break  # a further round would find no worker to ask
         return changed
 
     def _settle(self, stage: int, idx: int) -> None:
@@ -547,22 +583,22 @@ class DisaggRuntime(ActionExecution, CoordinatorIO, RoutingHooks, ClusterControl
             collector.on_admit(req.rid, adm.reused_input_tokens)
             if req.first_admit_ms is None:
                 req.first_admit_ms = now
-            if stage == Stage.PREFILL:
+            if stage is _PREFILL:
                 if req.prefill_admit_ms is None:
                     req.prefill_admit_ms = now
                     req.prefill_reused = adm.reused_input_tokens
                     if self._planner is not None:
                         self._planner.on_prefill_admit(req.rid, adm.reused_input_tokens, req.turn.input_length)
-                if req.phase is Phase.QUEUED_PREFILL:
-                    req.phase = Phase.RUNNING_PREFILL
+                if req.phase is _QUEUED_PREFILL:
+                    req.phase = _RUNNING_PREFILL
             else:
                 collector.on_decode_admit(req.rid, idx)
                 if req.decode_admit_ms is None:
                     req.decode_admit_ms = now
                     req.decode_reused = adm.reused_input_tokens
-                if req.phase is Phase.READY_DECODE:
-                    req.phase = Phase.RUNNING_DECODE
-                elif req.phase is not Phase.RUNNING_DECODE:
+                if req.phase is _READY_DECODE:
+                    req.phase = _RUNNING_DECODE
+                elif req.phase is not _RUNNING_DECODE:
                     raise ReplayInvariantError(
                         f"decode admission of request {req.rid} in phase {req.phase.value}"
                     )
@@ -570,7 +606,7 @@ class DisaggRuntime(ActionExecution, CoordinatorIO, RoutingHooks, ClusterControl
     def _process_pass(self, stage: Stage, done: PassCompletion, idx: int) -> None:
         live = self._live
         now = self.now_ms
-        if stage == Stage.PREFILL:
+        if stage is _PREFILL:
             self._source_output_tokens += int(done.emitted.shape[0])
             if self._route_signals:
                 self._prefill_pass_routing(done, idx)

@@ -293,7 +293,7 @@ def test_bulk_run_block_demand_closed_form(bcount: list[int], k: int, joiner_pro
     sums: pass k + i takes bcount[(k + i) % bs] blocks, joiners included from the second pass."""
     from itertools import accumulate
 
-    from dmocker.engines.vllm import _blocks_through
+    from dmocker.engines.vllm_request import blocks_through as _blocks_through
 
     bs = len(bcount)
     after = list(bcount)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+from unittest import mock
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dmocker.replay import collector as collector_module
 from dmocker.replay.collector import Collector, DistributionStats, LogSketch, TerminalStatus, nearest_rank
 from dmocker.replay.report import SlaThresholds, build_summary, request_uuid, stable_json
 
@@ -188,6 +190,19 @@ def test_collector_matches_a_token_by_token_oracle(steps: list[tuple[int, int, i
     """Per-worker watch lists, bulk runs, the reused-array shortcut and forgetting completed
     requests change no number: random decode traffic of three workers (admissions, moves and
     re-admissions of preempted requests, single passes, runs, completions) against the oracle."""
+    _check_against_oracle(steps)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(_STEP, min_size=1, max_size=60))
+def test_collector_numpy_path_matches_the_oracle(steps: list[tuple[int, int, int, int]]) -> None:
+    """The same with every pass on the path for large batches (numpy on the array views, and
+    its test for "every continuing member last emitted at this worker's previous pass")."""
+    with mock.patch.object(collector_module, "_SMALL_BATCH", 0):
+        _check_against_oracle(steps)
+
+
+def _check_against_oracle(steps: list[tuple[int, int, int, int]]) -> None:
     n = 40
     c, o = Collector(n), _Oracle(n)
     batch: dict[int, list[int]] = {0: [], 1: [], 2: []}

@@ -53,8 +53,16 @@ class RouterError(ValueError):
 
 
 class Pool(enum.Enum):
+    """A worker pool of the disaggregated cluster (routers, faults and the planner name pools
+    with it)."""
+
     PREFILL = "prefill"
     DECODE = "decode"
+
+    @property
+    def stage(self) -> int:
+        """The runtime's index of this pool (0 prefill, 1 decode)."""
+        return 0 if self is Pool.PREFILL else 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -103,42 +103,40 @@ class MooncakeTrace:
 
     @property
     def num_requests(self) -> int:
-        return int(self._offsets.shape[0])
+        return len(self._offsets)
 
     @property
     def path(self) -> str:
         return self._path
 
     def session_starts(self) -> Iterator[SessionStart]:
-        rows = self._first_rows
-        times = self._first_arrival
-        for i in range(rows.shape[0]):
-            yield SessionStart(float(times[i]), int(rows[i]))
+        for t, row in zip(self._first_arrival.tolist(), self._first_rows.tolist()):
+            yield SessionStart(t, row)
 
     def load(self, request_id: int) -> Turn:
         fh = self._fh
         if fh is None:
             fh = self._fh = open(self._path, "rb")  # noqa: SIM115 - closed by close()
-        fh.seek(int(self._offsets[request_id]))
-        raw = orjson.loads(fh.readline())  # validated when indexed
-        input_length = int(self._input[request_id])
-        hash_ids = tuple(int(h) for h in raw["hash_ids"])
+        fh.seek(self._offsets[request_id])
+        raw = orjson.loads(fh.readline())  # validated when indexed: hash ids are exact ints
+        input_length = self._input[request_id]
+        hash_ids = tuple(raw["hash_ids"])
         if self._clamp:
             needed = -(-input_length // self._block)
             hash_ids = hash_ids[:needed]
         return Turn(
-            request_id=request_id,
-            input_length=input_length,
-            output_length=int(self._output[request_id]),
-            hash_ids=hash_ids,
-            delay_ms=float(self._delay[request_id]),
-            next_request_id=int(self._next[request_id]),
-            session_index=int(self._session[request_id]),
-            turn_index=int(self._turn[request_id]),
+            request_id,
+            input_length,
+            self._output[request_id],
+            hash_ids,
+            self._delay[request_id],
+            self._next[request_id],
+            self._session[request_id],
+            self._turn[request_id],
         )
 
     def delay_of(self, request_id: int) -> float:
-        return float(self._delay[request_id])
+        return self._delay[request_id]
 
     def close(self) -> None:
         if self._fh is not None:
@@ -261,15 +259,17 @@ class MooncakeTrace:
                 "the trace has no requests (only blank lines)"
             )
 
-        self._offsets: npt.NDArray[np.int64] = np.frombuffer(offsets, dtype=np.int64).copy()
-        self._input: npt.NDArray[np.int64] = np.frombuffer(inputs, dtype=np.int64).copy()
-        self._output: npt.NDArray[np.int64] = np.frombuffer(outputs, dtype=np.int64).copy()
-        self._delay: npt.NDArray[np.float64] = (
-            np.frombuffer(delays, dtype=np.float64) / self._speedup
-        )
-        self._next: npt.NDArray[np.int64] = np.frombuffer(nexts, dtype=np.int64).copy()
-        self._session: npt.NDArray[np.int64] = np.frombuffer(sessions, dtype=np.int64).copy()
-        self._turn: npt.NDArray[np.int64] = np.frombuffer(turns, dtype=np.int64).copy()
+        # Per-row numbers stay in the stdlib arrays: indexing one gives a Python number at once
+        # (a turn is loaded per request), a numpy array a numpy scalar to convert.
+        self._offsets = offsets
+        self._input = inputs
+        self._output = outputs
+        if self._speedup != 1.0:
+            delays = array("d", (np.frombuffer(delays, dtype=np.float64) / self._speedup).tobytes())
+        self._delay = delays
+        self._next = nexts
+        self._session = sessions
+        self._turn = turns
         fr = np.frombuffer(first_rows, dtype=np.int64)
         ft = np.frombuffer(first_ts, dtype=np.float64)
         base = float(ft.min())
@@ -347,7 +347,8 @@ class MooncakeTrace:
         if not isinstance(hash_ids, list):
             raise self._err(lineno, "hash_ids", f"must be a list of integers, got {_kind(hash_ids)}")
         for i, h in enumerate(hash_ids):
-            if not _is_int(h) or h < 0 or h > MAX_HASH_ID:
+            # ``type(h) is int`` first: what JSON gives, decided without a call per id
+            if (type(h) is not int and not _is_int(h)) or h < 0 or h > MAX_HASH_ID:
                 raise self._err(
                     lineno, f"hash_ids[{i}]", f"must be an integer in [0, 2^63), got {_kind(h) if not _is_int(h) else h}"
                 )

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dmocker.handoff import Canceled, HandoffOrder
-from dmocker.replay import PlannerMetrics, ScalingDecision
+from dmocker.replay import DeadEndError, PlannerMetrics, ScalingDecision
 from dmocker.replay.planner import WorkerState
 
 from .helpers import Scripted, planner_run, trace, workload
@@ -184,3 +184,22 @@ def test_queued_prompt_tokens_count_routed_requests_not_yet_admitted(tmp_path: P
     first, second = planner.seen
     assert first.prefill.workers[0].queued_tokens == 1200
     assert second.prefill.workers[0].queued_tokens == 0  # admitted at 10 ms
+
+
+class _NeverServesDecode:
+    """Scales the decode pool to zero at its first tick and keeps ticking forever."""
+
+    def initial_tick_ms(self) -> float:
+        return 1.0
+
+    def on_tick(self, metrics: PlannerMetrics) -> ScalingDecision:
+        return ScalingDecision(None, 0, metrics.now_ms + 100.0)
+
+
+def test_a_planner_that_leaves_requests_stuck_is_a_dead_end_not_an_endless_run() -> None:
+    # Request 0 arrives at 0 and is prefilled; the decode pool is gone from 1 ms on, so its
+    # handoff waits for a decode worker that never comes: only ticks are left to happen.
+    with pytest.raises(DeadEndError) as err:
+        planner_run(_NeverServesDecode(), workload(1))
+    assert "request 0" in str(err.value)
+    assert err.value.now_ms < 1_000_000.0  # gave up after a bounded number of idle ticks

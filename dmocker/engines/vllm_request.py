@@ -1,0 +1,67 @@
+"""The mock vLLM worker's per-request record and status, and a bulk run's block demand.
+
+Kept apart from :mod:`dmocker.engines.vllm` so that the worker's scheduler and its lockstep
+decode path (:mod:`dmocker.engines.vllm_lockstep`) share one definition.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Hashable
+
+from dmocker.engines.interface import EngineRequest
+
+__all__ = ["Demand", "VllmRequest", "VllmStatus", "blocks_through"]
+
+# A bulk run's block demand: prefix sums of the per-pass demand over one bucket cycle (from its
+# first pass), and how many fewer blocks its first pass takes (joiners).
+Demand = tuple[list[int], int]
+
+
+def blocks_through(demand: Demand, passes: int) -> int:
+    """Blocks the first ``passes`` passes of a bulk run take."""
+    cum, adj = demand
+    cycle = len(cum) - 1
+    if passes <= 0:
+        return 0
+    return (passes // cycle) * cum[cycle] + cum[passes % cycle] - adj
+
+
+class VllmStatus(enum.Enum):
+    WAITING = 1
+    RUNNING = 2
+    PREEMPTED = 3
+    REMOTE_PENDING = 4  # destination accepted, not reserved yet
+    RESERVED = 5  # destination reserved, not activated
+    HELD = 6  # source prefill finished, KV held
+
+
+class VllmRequest:
+    """Per in-flight request state.
+
+    Explicit fields (``computed``, ``seq``, ``nblocks``) are authoritative except for running
+    requests while the worker is in lockstep mode; then ``off``/``bkt``/``kf`` are.
+    """
+
+    __slots__ = ("rid", "handoff", "prompt", "maxout", "limit", "hashes", "computed", "seq",
+                 "nblocks", "cached", "status", "source", "dest", "off", "bkt", "kf")
+
+    def __init__(self, req: EngineRequest, maxout: int, handoff: Hashable, status: VllmStatus,
+                 max_model_len: int | None) -> None:
+        self.rid = req.request_id
+        self.handoff = handoff
+        self.prompt = req.input_length
+        self.maxout = maxout
+        # generated-token count at which generation stops (output limit or model length)
+        self.limit = maxout if max_model_len is None else min(maxout, max_model_len - req.input_length)
+        self.hashes = req.block_hashes
+        self.computed = 0
+        self.seq = req.input_length  # prompt + generated tokens
+        self.nblocks = 0  # blocks held (cached refs + private)
+        self.cached: list[int] = []  # hashes held by reference, in block order
+        self.status = status
+        self.source = False  # registered handoff source (prefill side)
+        self.dest = False  # activated handoff destination (decode side)
+        self.off = 0
+        self.bkt = 0
+        self.kf = 0
