@@ -171,7 +171,9 @@ class ActionExecution(RuntimeBase):
         else:
             req.decode_worker = idx
         if self._route_overlap is not None:
-            self._route_overlap[stage][req.rid] = self._routers[stage].overlap_tokens(req.rid)
+            seen = self._routers[stage].overlap_tokens(req.rid)  # read once: the router forgets it
+            if self._records is not None:  # only the per-request records report it
+                self._route_overlap[stage][req.rid] = seen
         if self._planner is not None:
             self._planner.on_routed(stage, req.rid, idx, req.turn.input_length)
         self._ack_ok(req, issued, ok)

@@ -25,6 +25,7 @@ _P: Final = 0  # index of the prefill pool in per-stage tuples
 _D: Final = 1  # index of the decode pool
 _STAGES: Final = (Stage.PREFILL, Stage.DECODE)
 _Req = RequestState
+_COMPLETED: Final = int(TerminalStatus.COMPLETED)
 
 
 class RoutingHooks(RuntimeBase):
@@ -90,11 +91,7 @@ class RoutingHooks(RuntimeBase):
                 self._admit(_P, released)
 
     def _route_retired(self, req: _Req) -> None:
-        rid = req.rid
-        if self._records is None and self._route_overlap is not None:  # nobody will read them
-            self._route_overlap[_P].pop(rid, None)
-            self._route_overlap[_D].pop(rid, None)
-        if TerminalStatus(int(self.collector.status[rid])) is TerminalStatus.COMPLETED:
+        if self.collector.status.item(req.rid) == _COMPLETED:
             reuse = self._pool_reuse
             reuse[0] += req.prefill_reused or 0
             reuse[1] += req.decode_reused or 0

@@ -42,6 +42,11 @@ class KvIndex:
             else:
                 held.difference_update(ev.block_hashes)
 
+    def holdings(self) -> dict[int, set[int]]:
+        """Live view, worker -> the hashes it holds, for a caller that walks a prompt itself
+        (the router's fused fast path); read it, never change it."""
+        return self._held
+
     def forget_worker(self, worker: int) -> None:
         """Drop every block of ``worker`` (a removed worker whose index may be reused)."""
         self._held.pop(worker, None)
@@ -52,12 +57,11 @@ class KvIndex:
         if not block_hashes:
             return out
         first = block_hashes[0]
-        for worker in sorted(self._held):
-            held = self._held[worker]
+        for worker, held in self._held.items():
             if first not in held:
                 continue
-            n = 1
-            for h in block_hashes[1:]:
+            n = 0
+            for h in block_hashes:  # a plain loop beats takewhile(held.__contains__) here
                 if h not in held:
                     break
                 n += 1

@@ -71,6 +71,7 @@ class KvRouter(BaseRouter):
         self._bs = context.block_size
         self._rng = random.Random(context.seed * 2 + (0 if prefill else 1))
         self._index = KvIndex()
+        self._holdings = self._index.holdings()
         self._seen: set[int] = set()
         self._lagged: deque[tuple[float, int, tuple[KvEvent, ...]]] = deque()
         self._prefill_tokens: dict[int, int] = {}
@@ -79,12 +80,19 @@ class KvRouter(BaseRouter):
         self._active: dict[int, list[int]] = {}  # request id -> [worker, prefill tokens, blocks]
         self._queue: RouterQueue[_Held] = RouterQueue(cfg.router_queue_policy)
         self._overlap: dict[int, int] = {}
+        # The common configuration (no queue, temperature 0) routes through one specialised
+        # method per pool (see _route_prefill_fast); the general path stays its plain twin.
+        self._fast = threshold is None and cfg.router_temperature <= 0.0
 
     # ------------------------------------------------------------------ protocol
 
     def route(self, request: EngineRequest, now_ms: float) -> int | None:
         if self._lagged:
             self._flush_lagged(now_ms)
+        if self._fast:
+            if self._prefill:
+                return self._route_prefill_fast(request)
+            return self._route_decode_fast(request)
         overlaps = self._index.overlaps(request.block_hashes) if self._prefill else {}
         if self._busy_tokens is not None and (len(self._queue) or self._all_busy()):
             best = max((overlaps.get(w, 0) for w in self.workers), default=0)
@@ -101,23 +109,26 @@ class KvRouter(BaseRouter):
 
     def on_prefill_complete(self, request_id: int, now_ms: float) -> Sequence[Admission]:
         entry = self._active.get(request_id)
-        if entry is None or not entry[1]:
-            return self._drain() if len(self._queue) else NO_ADMISSIONS
-        self._prefill_tokens[entry[0]] -= entry[1]
-        entry[1] = 0
-        return self._drain() if len(self._queue) else NO_ADMISSIONS
+        if entry is not None and entry[1]:
+            self._prefill_tokens[entry[0]] -= entry[1]
+            entry[1] = 0
+        # Only a router with a threshold ever holds requests.
+        return self._drain() if self._busy_tokens is not None and len(self._queue) else NO_ADMISSIONS
 
     def on_free(self, request_id: int, now_ms: float) -> Sequence[Admission]:
-        if self._queue.remove(request_id):
+        queued = self._busy_tokens is not None
+        if queued and self._queue.remove(request_id):
             return NO_ADMISSIONS
         entry = self._active.pop(request_id, None)
         if entry is None:
             return NO_ADMISSIONS
         worker, tokens, blocks = entry
-        self._prefill_tokens[worker] -= tokens
-        self._blocks[worker] -= blocks
+        if tokens:
+            self._prefill_tokens[worker] -= tokens
+        if blocks:
+            self._blocks[worker] -= blocks
         self._requests[worker] -= 1
-        return self._drain() if len(self._queue) else NO_ADMISSIONS
+        return self._drain() if queued and len(self._queue) else NO_ADMISSIONS
 
     def add_worker(self, worker: int, now_ms: float) -> Sequence[Admission]:
         if worker in self._seen and worker not in self.workers and not self._requests.get(worker):
@@ -152,6 +163,100 @@ class KvRouter(BaseRouter):
 
     def cached_overlaps(self, block_hashes: Sequence[int]) -> dict[int, int]:
         return self._index.overlaps(block_hashes)
+
+    # ------------------------------------------------------------------ fast path
+
+    def _route_prefill_fast(self, request: EngineRequest) -> int:
+        """:meth:`KvIndex.overlaps` + :meth:`_admit` + :meth:`_choose` for the prefill pool at
+        temperature 0, fused: one pass over the workers walks the prompt against each worker's
+        cached hashes, computes its cost and keeps the cheapest (reservoir tie-break: the same
+        draws in the same order), with no overlap dict, no cost list and no decode terms.  The
+        same float operations in the same order as the plain path, so the choice is identical."""
+        workers = self.workers
+        if not workers:
+            return self._admit(request, {})  # raises the plain path's error
+        hashes = request.block_hashes
+        holdings = self._holdings
+        first = hashes[0] if hashes else None
+        bs = self._bs
+        isl = request.input_length
+        ptoks = self._prefill_tokens
+        nreq = self._requests
+        credit = self._credit
+        scale = self._scale
+        weight = self._request_weight
+        decay = self._decay
+        floor = 0
+        request_blocks = 1
+        if decay > 0.0:
+            floor = min([ptoks[w] for w in workers])
+            request_blocks = max(1, -(-isl // bs))
+        rng = self._rng
+        best = workers[0]
+        best_ov = 0
+        best_cost = math.inf
+        ties = 0
+        for w in workers:
+            raw = (ptoks[w] + isl) / bs
+            ov = 0
+            held = holdings.get(w)
+            if held is not None and first in held:
+                for h in hashes:  # leading blocks held (a plain loop beats takewhile here)
+                    if h not in held:
+                        break
+                    ov += 1
+                factor = 1.0
+                if decay > 0.0:
+                    factor = 1.0 / (1.0 + decay * ((ptoks[w] - floor) / bs) / request_blocks)
+                raw -= credit * factor * ov
+                if raw < 0.0:
+                    raw = 0.0
+            cost = scale * raw
+            if weight:
+                cost += weight * nreq[w]
+            if cost < best_cost:
+                best, best_ov, best_cost, ties = w, ov, cost, 1
+            elif cost == best_cost:
+                ties += 1
+                if rng.randrange(ties) == 0:
+                    best, best_ov = w, ov
+        cached = min(best_ov * bs, isl)
+        tokens = isl - cached
+        ptoks[best] += tokens
+        nreq[best] += 1
+        rid = request.request_id
+        self._active[rid] = [best, tokens, 0]
+        self._overlap[rid] = cached
+        return best
+
+    def _route_decode_fast(self, request: EngineRequest) -> int:
+        """:meth:`_admit` + :meth:`_choose` for the decode pool at temperature 0, fused (see
+        :meth:`_route_prefill_fast`): the cost is the active blocks plus the request weight."""
+        workers = self.workers
+        if not workers:
+            return self._admit(request, {})  # raises the plain path's error
+        blocks = self._blocks
+        nreq = self._requests
+        weight = self._request_weight
+        rng = self._rng
+        best = workers[0]
+        best_cost = math.inf
+        ties = 0
+        for w in workers:
+            cost = float(blocks[w])
+            if weight:
+                cost += weight * nreq[w]
+            if cost < best_cost:
+                best, best_cost, ties = w, cost, 1
+            elif cost == best_cost:
+                ties += 1
+                if rng.randrange(ties) == 0:
+                    best = w
+        nblocks = request.input_length // self._bs
+        blocks[best] += nblocks
+        nreq[best] += 1
+        self._active[request.request_id] = [best, 0, nblocks]
+        return best  # overlap 0: overlap_tokens' default
 
     # ------------------------------------------------------------------ internals
 
