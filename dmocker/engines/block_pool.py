@@ -381,8 +381,15 @@ class BlockPool:
         block stays a private duplicate).  They form one new run.
         """
         run = _Run([], 1)
-        insert = self.blocks.setdefault  # one dict operation per block: present, or inserted
-        new = [h for h in hashes if insert(h, run) is run]
+        blocks = self.blocks
+        if blocks.keys().isdisjoint(hashes):
+            # The usual case (callers pass what lies past their cached prefix): two C-level
+            # loops, no call per block; the same entries in the same order as below.
+            blocks.update(zip(hashes, repeat(run)))
+            new = list(hashes)
+        else:
+            insert = blocks.setdefault  # one dict operation per block: present, or inserted
+            new = [h for h in hashes if insert(h, run) is run]
         if new:
             run.keys = new[:]
             if self.record and new[0] < PRIVATE_HASH_BASE:
