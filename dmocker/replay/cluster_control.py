@@ -65,12 +65,7 @@ class ClusterControl(RuntimeBase):
     def _apply_injected(self) -> bool:
         changed = False
         now = self.now_ms
-        while True:
-            popped, payload = self._events.pop_ready(now, EventKind.INJECTED_FACT)
-            if not popped:
-                return changed
-            assert payload is not None
-            code, rid = payload
+        for code, rid in self._events.ready(now, EventKind.INJECTED_FACT):
             if code == _TIMER_CODE:
                 self._timers.pop(rid)()
                 changed = True
@@ -84,6 +79,7 @@ class ClusterControl(RuntimeBase):
                 req.terminal_ms = now
             self._fact(req, cls(rid))
             changed = True
+        return changed
 
 
     # ------------------------------------------------------------------ planner hook points

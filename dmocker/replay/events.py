@@ -19,7 +19,7 @@ from __future__ import annotations
 import enum
 import heapq
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -126,6 +126,14 @@ class EventQueue(Generic[P]):
                 heapq.heappop(heap)
                 return True, top[3]
         return False, None
+
+    def ready(self, now_ms: float, kind: EventKind) -> Iterator[P]:
+        """Pop and yield, one at a time, the payloads of the ``kind`` events due at ``now_ms``
+        at the top of the heap (what the caller pushes meanwhile is seen too)."""
+        heap = self._heap
+        rank = int(kind)
+        while heap and heap[0][0] == now_ms and heap[0][1] == rank:
+            yield heapq.heappop(heap)[3]
 
     def pop_top(self) -> P:
         return heapq.heappop(self._heap)[3]

@@ -430,12 +430,7 @@ class DisaggRuntime(ActionExecution, CoordinatorIO, RoutingHooks, ClusterControl
 
     def _apply_transfer_completions(self) -> bool:
         changed = False
-        now = self.now_ms
-        while True:
-            popped, payload = self._events.pop_ready(now, EventKind.TRANSFER_COMPLETE)
-            if not popped:
-                return changed
-            assert payload is not None
+        for payload in self._events.ready(self.now_ms, EventKind.TRANSFER_COMPLETE):
             req = self._live.get(payload[1])
             if req is None:
                 self._stale = max(self._stale - 1, 0)
@@ -443,6 +438,7 @@ class DisaggRuntime(ActionExecution, CoordinatorIO, RoutingHooks, ClusterControl
                 continue
             self._fact(req, TransferCompleted(req.rid))
             changed = True
+        return changed
 
     def _release_arrivals(self) -> bool:
         ready = self._admission.drain_ready(self.now_ms)

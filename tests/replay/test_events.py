@@ -35,6 +35,22 @@ def test_same_time_events_pop_in_phase_then_push_order() -> None:
     assert len(q) == 0 and not q.raw
 
 
+def test_ready_yields_due_events_of_one_kind_including_those_pushed_meanwhile() -> None:
+    q: EventQueue[str] = EventQueue()
+    q.push(5.0, EventKind.TRANSFER_COMPLETE, "t1")
+    q.push(5.0, EventKind.PASS_COMPLETION, "p1")
+    q.push(6.0, EventKind.PASS_COMPLETION, "later")
+    assert list(q.ready(5.0, EventKind.TRANSFER_COMPLETE)) == []  # a pass completion comes first
+    seen = []
+    for payload in q.ready(5.0, EventKind.PASS_COMPLETION):
+        seen.append(payload)
+        if payload == "p1":
+            q.push(5.0, EventKind.PASS_COMPLETION, "p2")  # due now: yielded in the same sweep
+    assert seen == ["p1", "p2"]
+    assert list(q.ready(5.0, EventKind.TRANSFER_COMPLETE)) == ["t1"]
+    assert [e[3] for e in q.raw] == ["later"]
+
+
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 5), st.sampled_from(list(EventKind))), max_size=40))
 def test_pop_order_is_time_rank_sequence(items: list[tuple[int, EventKind]]) -> None:
