@@ -116,6 +116,19 @@ def small_workloads(n: int) -> st.SearchStrategy[SyntheticSpec]:
     )
 
 
+def engine_settings(draw: st.DrawFn) -> dict[str, object]:
+    """The engine and cluster settings both bulk / per-pass differential tests draw: engine,
+    block size, pool size, batch cap, transfer bandwidth (None: no delay), decode workers."""
+    return {
+        "engine": draw(st.sampled_from(["vllm", "sglang"])),
+        "block_size": draw(st.sampled_from([16, 64])),
+        "blocks": draw(st.sampled_from([120, 300, 4096])),
+        "max_seqs": draw(st.sampled_from([2, 5, 256])),
+        "bandwidth": draw(st.sampled_from([None, 1.0, 50.0])),
+        "decode": draw(st.integers(1, 3)),
+    }
+
+
 _T = TypeVar("_T")
 
 

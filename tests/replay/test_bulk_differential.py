@@ -25,7 +25,7 @@ from dmocker.replay.report import SlaThresholds, build_summary
 from dmocker.replay.runtime import DisaggRuntime
 from dmocker.replay.workload import AdmissionQueue, SyntheticSpec, SyntheticWorkload
 
-from .helpers import both_ways, small_workloads
+from .helpers import both_ways, engine_settings, small_workloads
 
 _KINDS = (Canceled, Failed, TimedOut)
 
@@ -67,12 +67,7 @@ def _params(draw: st.DrawFn) -> dict[str, object]:
     inject = draw(st.lists(st.tuples(st.floats(0.0, 4000.0), st.integers(0, n - 1), st.integers(0, 2)),
                            max_size=3))
     return {
-        "engine": draw(st.sampled_from(["vllm", "sglang"])),
-        "block_size": draw(st.sampled_from([16, 64])),
-        "blocks": draw(st.sampled_from([120, 300, 4096])),
-        "max_seqs": draw(st.sampled_from([2, 5, 256])),
-        "bandwidth": draw(st.sampled_from([None, 1.0, 50.0])),
-        "decode": draw(st.integers(1, 3)),
+        **engine_settings(draw),
         "spec": spec,
         "inject": inject,
     }

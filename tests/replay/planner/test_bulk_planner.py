@@ -29,7 +29,7 @@ from dmocker.replay.report import SlaThresholds, build_summary
 from dmocker.replay.runtime import DisaggRuntime
 from dmocker.replay.workload import AdmissionQueue, SyntheticSpec, SyntheticWorkload
 
-from ..helpers import both_ways, small_workloads
+from ..helpers import both_ways, engine_settings, small_workloads
 
 
 @dataclass
@@ -126,13 +126,8 @@ def _params(draw: st.DrawFn) -> dict[str, object]:
     spec = draw(small_workloads(n))
     count = st.one_of(st.none(), st.integers(0, 3))
     return {
-        "engine": draw(st.sampled_from(["vllm", "sglang"])),
-        "block_size": draw(st.sampled_from([16, 64])),
-        "blocks": draw(st.sampled_from([120, 300, 4096])),
-        "max_seqs": draw(st.sampled_from([2, 5, 256])),
-        "bandwidth": draw(st.sampled_from([None, 1.0, 50.0])),
+        **engine_settings(draw),
         "prefill": draw(st.integers(1, 2)),
-        "decode": draw(st.integers(1, 3)),
         "planner": draw(st.sampled_from(["throughput", "load", "scripted"])),
         "every_ms": draw(st.sampled_from([7.0, 40.0, 100.0, 250.0, 500.0])),
         "targets": draw(st.lists(st.tuples(count, count), min_size=1, max_size=4)),
