@@ -29,7 +29,7 @@ import time
 from typing import Any
 
 METHODS = ("match_prefix", "acquire", "claim", "take", "take_undoable", "untake", "give_back",
-           "promote", "release", "drain_events", "ref_count")
+           "promote", "release", "drain_events", "ref_count", "refs_of")
 
 
 def _frozen(x: Any) -> Any:

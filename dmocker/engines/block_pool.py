@@ -97,7 +97,8 @@ def generated_block_ids(request_id: int, first: int, stop: int) -> list[int]:
 
 
 class _Run:
-    """Cached blocks that share their reference count and LRU fate (see the module docstring)."""
+    """Cached blocks that share their reference count and LRU fate: a stretch of one hash chain,
+    in chain order (see the module docstring)."""
 
     __slots__ = ("keys", "refs", "stamp")
 
@@ -123,13 +124,14 @@ def _common(a: list[int], i: int, b: list[int], p: int, n: int) -> int:
 
 
 class BlockPool:
-    __slots__ = ("total", "free", "blocks", "lru", "lru_head", "lru_base", "listed",
-                 "num_inactive", "record", "events")
+    __slots__ = ("total", "free", "starts", "num_cached", "lru", "lru_head", "lru_base", "listed",
+                 "num_inactive", "record", "events", "_undo")
 
     def __init__(self, total: int, *, record: bool = False) -> None:
         self.total = total
         self.free = total
-        self.blocks: dict[int, _Run] = {}  # cached hash -> its run
+        self.starts: dict[int, _Run] = {}  # first hash of each run -> the run
+        self.num_cached = 0  # cached blocks (in all runs)
         self.lru: list[_Run | None] = []  # inactive runs, oldest first; None: left
         self.lru_head = 0  # entries before it are None
         self.lru_base = 0  # stamp of lru[0]
@@ -137,6 +139,7 @@ class BlockPool:
         self.num_inactive = 0  # blocks in inactive runs
         self.record = record
         self.events: list[int] = []
+        self._undo: list[int] = []  # run lengths of the last take_undoable's evicted list
 
     # --- queries -------------------------------------------------------------------------------
 
@@ -152,16 +155,29 @@ class BlockPool:
 
     @property
     def private_blocks(self) -> int:
-        return self.total - self.free - len(self.blocks)
-
-    def ref_count(self, h: int) -> int:
-        """References on cached hash ``h`` (0: inactive or not cached)."""
-        run = self.blocks.get(h)
-        return 0 if run is None else run.refs
+        return self.total - self.free - self.num_cached
 
     def ref_counts(self) -> dict[int, int]:
         """Every cached hash with its reference count (0: inactive)."""
-        return {h: run.refs for h, run in self.blocks.items()}
+        return {h: run.refs for run in self.starts.values() for h in run.keys}
+
+    def refs_of(self, hashes: Sequence[int]) -> list[int]:
+        """The reference count of each hash of a list the caller holds (all cached, a list it
+        could :meth:`release`), in order."""
+        starts = self.starts
+        hs = hashes if isinstance(hashes, list) else list(hashes)
+        n = len(hs)
+        out: list[int] = []
+        i = 0
+        while i < n:
+            run = starts[hs[i]]
+            keys = run.keys
+            m = len(keys)
+            if i + m > n or hs[i:i + m] != keys:
+                m = _common(hs, i, keys, 0, min(m, n - i))
+            out += repeat(run.refs, m)
+            i += m
+        return out
 
     def inactive_order(self) -> list[int]:
         """The inactive cached hashes, oldest (next evicted) first."""
@@ -172,25 +188,25 @@ class BlockPool:
         return out
 
     def match_prefix(self, hashes: Sequence[int], limit: int) -> tuple[int, int, int]:
-        """(cached, active_cached, inactive_cached) for ``hashes[:limit]``: how many leading
-        blocks are resident, how many leading of those are referenced (free to share), and how
-        many of the resident prefix are inactive (acquiring them removes them from the LRU)."""
-        blocks = self.blocks
+        """(cached, active_cached, inactive_cached) for ``hashes[:limit]`` (a chain from its
+        first block): how many leading blocks are resident, how many leading of those are
+        referenced (free to share), and how many of the resident prefix are inactive (acquiring
+        them removes them from the LRU)."""
+        starts = self.starts
         n = min(limit, len(hashes))
         hs = hashes if isinstance(hashes, list) else list(hashes[:n])
         i = 0
         active = -1
         zeros = 0
         while i < n:
-            h = hs[i]
-            run = blocks.get(h)
+            # a stretch of the chain starts a run (the module docstring says why)
+            run = starts.get(hs[i])
             if run is None:
                 break
             keys = run.keys
             m = len(keys)
-            if keys[0] != h or i + m > n or hs[i:i + m] != keys:  # (else all of the run matches)
-                p = 0 if keys[0] == h else keys.index(h)
-                m = _common(hs, i, keys, p, min(m - p, n - i))
+            if i + m > n or hs[i:i + m] != keys:  # (else all of the run matches)
+                m = _common(hs, i, keys, 0, min(m, n - i))
             if not run.refs:
                 zeros += m
                 if active < 0:
@@ -203,58 +219,45 @@ class BlockPool:
     # --- runs ----------------------------------------------------------------------------------
 
     def _pieces(self, hashes: Sequence[int]) -> list[_Run]:
-        """The runs covering ``hashes`` (all cached), split so that each is a stretch of the
-        list in its own order: the list is their concatenation."""
-        blocks = self.blocks
+        """The runs covering ``hashes`` (all cached; a list the caller holds or a cached chain
+        prefix), split so that each is a stretch of the list: the list is their concatenation.
+        Each stretch starts a run (the module docstring says why; a KeyError otherwise)."""
+        starts = self.starts
         hs = hashes if isinstance(hashes, list) else list(hashes)
         n = len(hs)
         out: list[_Run] = []
         i = 0
         while i < n:
-            h = hs[i]
-            run = blocks[h]
+            run = starts[hs[i]]
             keys = run.keys
-            if keys[0] == h:
-                L = len(keys)
-                if hs[i:i + L] == keys:
-                    out.append(run)
-                    i += L
-                    continue
-                p = 0
-            else:
-                p = keys.index(h)
-            m = _common(hs, i, keys, p, min(len(keys) - p, n - i))
-            out.append(self._carve(run, p, m))
+            L = len(keys)
+            if hs[i:i + L] == keys:
+                out.append(run)
+                i += L
+                continue
+            m = _common(hs, i, keys, 0, min(L, n - i))
+            out.append(self._carve(run, m))
             i += m
         return out
 
-    def _carve(self, run: _Run, p: int, m: int) -> _Run:
-        """Split ``run.keys[p:p+m]`` off as a run of its own (same references), returned; the
-        rest stays one run and keeps the LRU entry if it has one (so an inactive piece is
-        unlisted: the caller re-references it).  The dict entries of the smaller part are
-        rewritten."""
+    def _carve(self, run: _Run, m: int) -> _Run:
+        """Split ``run`` after its first ``m`` blocks: ``run`` keeps them (and its start, so no
+        dict entry changes) and is returned, unlisted (the caller re-references or releases
+        it); the rest becomes a run of its own (same references, one new start) that takes
+        over the LRU entry if there is one."""
         keys = run.keys
-        if p == 0 and m == len(keys):
-            return run
-        piece = keys[p:p + m]
-        rest = keys[:p] + keys[p + m:]
-        if m <= len(rest):
-            run.keys = rest
-            new = _Run(piece, run.refs)
-            self.blocks.update(zip(piece, repeat(new)))
-            return new
-        run.keys = piece
-        new = _Run(rest, run.refs, run.stamp)
+        rest = _Run(keys[m:], run.refs, run.stamp)
+        del keys[m:]
         if run.stamp >= 0:
-            self.lru[run.stamp - self.lru_base] = new
+            self.lru[run.stamp - self.lru_base] = rest
             run.stamp = -1
-        self.blocks.update(zip(rest, repeat(new)))
+        self.starts[rest.keys[0]] = rest
         return run
 
     # --- mutations -----------------------------------------------------------------------------
 
     def acquire(self, hashes: Sequence[int]) -> None:
-        """Take one reference on each resident hash (prefix hit or pin)."""
+        """Take one reference on each resident hash of a chain prefix (prefix hit or pin)."""
         if hashes:
             self._acquire(self._pieces(hashes))
 
@@ -270,8 +273,8 @@ class BlockPool:
             run.refs += 1
 
     def claim(self, hashes: Sequence[int], fresh: int) -> bool:
-        """Reference the resident ``hashes`` and take ``fresh`` new blocks, if both fit: the
-        fresh blocks may not come from the inactive blocks being re-referenced.  All or
+        """Reference the resident chain prefix ``hashes`` and take ``fresh`` new blocks, if both
+        fit: the fresh blocks may not come from the inactive blocks being re-referenced.  All or
         nothing (False: nothing changed): the fit test runs before anything is touched
         (before runs are split too: an inactive run split off is no longer listed)."""
         if hashes:
@@ -295,19 +298,22 @@ class BlockPool:
             return True
         if free + self.num_inactive < n:
             return False
-        evicted = self._evict(n - free)
         if self.record:
+            evicted: list[int] = []
+            self._evict(n - free, evicted, None)
             self.events.extend([~h for h in evicted if h < PRIVATE_HASH_BASE])
+        else:
+            self._evict(n - free, None, None)
         self.free = 0
         return True
 
-    def _evict(self, k: int) -> list[int]:
-        """Remove the ``k <= num_inactive`` oldest inactive blocks; their hashes, oldest first:
-        whole runs from the LRU head, then the tail of the next one."""
+    def _evict(self, k: int, evicted: list[int] | None, lengths: list[int] | None) -> None:
+        """Remove the ``k <= num_inactive`` oldest inactive blocks: whole runs from the LRU head,
+        then the tail of the next one.  Their hashes, oldest first, are appended to ``evicted``
+        and the length of each run's part of them to ``lengths`` (if given)."""
         lru = self.lru
-        blocks = self.blocks
+        starts = self.starts
         head = self.lru_head
-        evicted: list[int] = []
         left = k
         while left:
             run = lru[head]
@@ -317,84 +323,165 @@ class BlockPool:
             keys = run.keys
             L = len(keys)
             if L <= left:
-                gone = keys
+                del starts[keys[0]]
                 run.keys = []
                 run.stamp = -1
                 lru[head] = None
                 head += 1
                 self.listed -= 1
+                if evicted is not None:
+                    evicted += reversed(keys)
+                if lengths is not None:
+                    lengths.append(L)
+                left -= L
             else:
-                gone = keys[L - left:]
+                if evicted is not None:
+                    evicted += reversed(keys[L - left:])
+                if lengths is not None:
+                    lengths.append(left)
                 del keys[L - left:]
-            left -= len(gone)
-            gone.reverse()
-            evicted += gone
-            for h in gone:
-                del blocks[h]
+                left = 0
         self.lru_head = head
         self.num_inactive -= k
-        return evicted
+        self.num_cached -= k
 
     def take_undoable(self, n: int) -> tuple[int, list[int]]:
         """:meth:`take` of ``n <= available`` blocks (no events recorded), returning what
         :meth:`untake` needs: the free count before and the evicted hashes, oldest first."""
         free = self.free
+        self._undo = []
         if free >= n:
             self.free = free - n
             return free, []
-        evicted = self._evict(n - free)
+        evicted: list[int] = []
+        self._evict(n - free, evicted, self._undo)
         self.free = 0
         return free, evicted
 
-    def untake(self, free_before: int, evicted: list[int], taken: int, keep: int) -> list[int]:
+    def untake(self, free_before: int, evicted: Sequence[int], taken: int, keep: int) -> list[int]:
         """Turn ``take_undoable(taken)`` into ``take(keep)`` (``keep <= taken``, nothing else
         changed the pool since): blocks evicted beyond what ``keep`` needs become the oldest
-        inactive cached blocks again, in their order (one run at the LRU head).  Returns the
-        hashes still evicted."""
+        inactive cached blocks again, in their order (each run's part as a run of its own, at
+        the LRU head).  Returns the hashes still evicted."""
         still = max(keep - free_before, 0)
-        restore = evicted[still:]
-        self.free += taken - keep - len(restore)
-        if restore:
-            keys = list(reversed(restore))  # evicted from the end: oldest first
+        n = len(evicted)
+        self.free += taken - keep - (n - still if n > still else 0)
+        if n > still:
+            lengths = self._undo
+            assert sum(lengths) == n, "untake after another change"
+            runs: list[_Run] = []
+            end = n
+            for L in reversed(lengths):  # newest evicted first
+                a = max(end - L, still)
+                keys = list(evicted[a:end])
+                keys.reverse()  # evicted from the end: oldest first
+                runs.append(_Run(keys, 0))
+                end = a
+                if end == still:
+                    break
+            runs.reverse()  # oldest (next evicted) first
+            k = len(runs)
             head = self.lru_head
-            if head:
-                head -= 1
-            else:
-                self.lru.insert(0, None)
-                self.lru_base -= 1
-            run = _Run(keys, 0, self.lru_base + head)
-            self.lru[head] = run
+            if head < k:
+                self.lru[0:0] = [None] * (k - head)
+                self.lru_base -= k - head
+                head = k
+            head -= k
+            stamp = self.lru_base + head
+            starts = self.starts
+            for j, run in enumerate(runs):
+                run.stamp = stamp + j
+                self.lru[head + j] = run
+                starts[run.keys[0]] = run
             self.lru_head = head
-            self.listed += 1
-            self.blocks.update(zip(keys, repeat(run)))
-            self.num_inactive += len(keys)
-        return evicted[:still]
+            self.listed += k
+            self.num_inactive += n - still
+            self.num_cached += n - still
+        self._undo = []
+        return list(evicted[:still])
 
     def give_back(self, n: int) -> None:
         """Return ``n`` private blocks to the free count."""
         self.free += n
 
-    def promote(self, hashes: Sequence[int]) -> list[int]:
-        """Private full blocks with these hashes enter the cache, each referenced by its owner.
+    def promote(self, chain: Sequence[int], lo: int = 0, hi: int | None = None,
+                held: bool = True) -> list[int]:
+        """Private full blocks with hashes ``chain[lo:hi]`` enter the cache, each referenced by
+        its owner.  ``chain`` is the caller's hash chain from its first block (or a request's
+        generated ids, a chain of their own); ``held`` says that ``chain[lo - 1]`` (if
+        ``lo``) is one the caller holds cached, so that no run continues past it: if not (it
+        was a duplicate), the pool walks ``chain[:lo]`` to find where it is cached.
 
         Returns the hashes actually inserted, in order; a hash already cached is left out (that
-        block stays a private duplicate).  They form one new run.
+        block stays a private duplicate).  They form new runs, split where duplicates were.
         """
-        run = _Run([], 1)
-        blocks = self.blocks
-        if blocks.keys().isdisjoint(hashes):
-            # The usual case (callers pass what lies past their cached prefix): two C-level
-            # loops, no call per block; the same entries in the same order as below.
-            blocks.update(zip(hashes, repeat(run)))
-            new = list(hashes)
-        else:
-            insert = blocks.setdefault  # one dict operation per block: present, or inserted
-            new = [h for h in hashes if insert(h, run) is run]
-        if new:
-            run.keys = new[:]
-            if self.record and new[0] < PRIVATE_HASH_BASE:
-                self.events.extend(new)
+        hs = list(chain[lo:hi])
+        if not hs:
+            return hs
+        starts = self.starts
+        if (held or not lo) and starts.keys().isdisjoint(hs):
+            # The usual case: nothing in range starts a run and the block before ends one (or
+            # is not cached), so nothing in range is cached (module docstring).
+            starts[hs[0]] = _Run(hs, 1)
+            self.num_cached += len(hs)
+            if self.record and hs[0] < PRIVATE_HASH_BASE:
+                self.events.extend(hs)
+            return hs[:]
+        # Walk the range, knowing where the block before it is cached (if so): a cached block
+        # continues the run of the one before it, or starts a run.
+        run: _Run | None = None
+        p = 0  # run.keys[p] is the block before position i
+        if lo and not held:
+            run, p = self._locate(chain, lo)
+        n = len(hs)
+        new: list[int] = []
+        i = 0
+        while i < n:
+            h = hs[i]
+            if run is not None and p + 1 < len(run.keys) and run.keys[p + 1] == h:
+                m = _common(hs, i, run.keys, p + 1, min(len(run.keys) - p - 1, n - i))
+                p += m
+                i += m
+                continue
+            run = starts.get(h)
+            if run is not None:
+                m = _common(hs, i, run.keys, 0, min(len(run.keys), n - i))
+                p = m - 1
+                i += m
+                continue
+            j = i + 1
+            while j < n and hs[j] not in starts:
+                j += 1
+            keys = hs[i:j]
+            new += keys
+            starts[h] = _Run(keys, 1)  # (h is no run's start: it was not cached)
+            i = j
+        self.num_cached += len(new)
+        if new and self.record and new[0] < PRIVATE_HASH_BASE:
+            self.events.extend(new)
         return new
+
+    def _locate(self, chain: Sequence[int], lo: int) -> tuple[_Run | None, int]:
+        """Where ``chain[lo - 1]`` is cached: (its run, its index there), or (None, 0)."""
+        starts = self.starts
+        hs = chain if isinstance(chain, list) else list(chain[:lo])
+        run: _Run | None = None
+        p = 0
+        i = 0
+        while i < lo:
+            h = hs[i]
+            if run is not None and p + 1 < len(run.keys) and run.keys[p + 1] == h:
+                m = _common(hs, i, run.keys, p + 1, min(len(run.keys) - p - 1, lo - i))
+                p += m
+            else:
+                run = starts.get(h)
+                if run is None:
+                    i += 1
+                    continue
+                m = _common(hs, i, run.keys, 0, min(len(run.keys), lo - i))
+                p = m - 1
+            i += m
+        return (run, p) if run is not None and run.keys[p] == hs[lo - 1] else (None, 0)
 
     def release(self, hashes: Sequence[int]) -> None:
         """Drop one reference on each hash, leaves first, so that children become older LRU
@@ -444,19 +531,19 @@ class BlockPool:
         lru, head, base = self.lru, self.lru_head, self.lru_base
         assert all(run is None for run in lru[:head])
         inactive = 0
-        runs: dict[int, _Run] = {}
-        for h, run in self.blocks.items():
-            runs[id(run)] = run
-        for run in runs.values():
-            assert run.keys and run.refs >= 0, (run.keys, run.refs)
-            assert all(self.blocks[h] is run for h in run.keys), run.keys
+        cached: set[int] = set()
+        for h, run in self.starts.items():
+            assert run.keys and run.keys[0] == h and run.refs >= 0, (h, run.keys, run.refs)
+            assert cached.isdisjoint(run.keys), run.keys
+            cached.update(run.keys)
             if run.refs:
                 assert run.stamp == -1, run.stamp
             else:
                 inactive += len(run.keys)
                 assert head <= run.stamp - base < len(lru) and lru[run.stamp - base] is run
+        assert len(cached) == self.num_cached, (len(cached), self.num_cached)
         listed = [run for run in lru[head:] if run is not None]
         assert len(listed) == len({id(run) for run in listed})
-        assert all(runs.get(id(run)) is run and not run.refs for run in listed)
+        assert all(self.starts.get(run.keys[0]) is run and not run.refs for run in listed)
         assert inactive == self.num_inactive == sum(len(run.keys) for run in listed)
         assert len(listed) == self.listed, (len(listed), self.listed)

@@ -88,7 +88,7 @@ def cut_point(times: npt.NDArray[np.float64], now_ms: float, started: bool) -> i
 
 
 class _RefCounts(Protocol):
-    def ref_count(self, h: int) -> int: ...
+    def refs_of(self, hashes: Sequence[int]) -> list[int]: ...
 
 
 def blocks_freed(pool: _RefCounts, holdings: Iterable[tuple[int, Sequence[int]]]) -> int:
@@ -97,11 +97,13 @@ def blocks_freed(pool: _RefCounts, holdings: Iterable[tuple[int, Sequence[int]]]
     a request holds privately, and each cached block nobody else references."""
     freed = 0
     holders: dict[int, int] = {}
+    refs: dict[int, int] = {}
     for blocks, cached in holdings:
         freed += blocks - len(cached)
         for h in cached:
             holders[h] = holders.get(h, 0) + 1
+        refs.update(zip(cached, pool.refs_of(cached)))
     for h, n in holders.items():
-        if pool.ref_count(h) == n:
+        if refs[h] == n:
             freed += 1
     return freed

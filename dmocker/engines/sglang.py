@@ -437,7 +437,9 @@ class SglangWorker(SglDecodePath, HandoffWorkerBase[_SReq]):
         hi = min(tokens // self._page, len(r.hashes))
         if hi > r.pub:
             if self._caching:
-                r.cached.extend(self.pool.promote(r.hashes[r.pub:hi]))
+                lo = r.pub
+                held = not lo or (bool(r.cached) and r.cached[-1] == r.hashes[lo - 1])
+                r.cached.extend(self.pool.promote(r.hashes, lo, hi, held))
             r.pub = hi
 
     def _free_kv(self, r: _SReq, *, cache_generated: bool = True) -> None:

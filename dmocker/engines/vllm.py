@@ -161,7 +161,7 @@ class VllmWorker(LockstepDecode):
         # Commit: fresh full prompt blocks enter the cache (Stored); the partial tail and any
         # block whose hash got cached meanwhile stay private.
         if self._caching and len(r.hashes) > len(r.cached):
-            r.cached.extend(self.pool.promote(r.hashes[len(r.cached):]))
+            r.cached.extend(self.pool.promote(r.hashes, len(r.cached)))  # (holds the prefix)
         r.computed = r.prompt
         r.seq = r.prompt
         r.status = VllmStatus.WAITING
@@ -474,7 +474,8 @@ class VllmWorker(LockstepDecode):
             lo = before // bs
             hi = min(actual // bs, len(r.hashes))
             if hi > lo:
-                r.cached.extend(pool.promote(r.hashes[lo:hi]))
+                held = not lo or (bool(r.cached) and r.cached[-1] == r.hashes[lo - 1])
+                r.cached.extend(pool.promote(r.hashes, lo, hi, held))
         prompt_tokens = min(actual, r.prompt) - prompt_before
         scheduled[r.rid] = (used, prompt_tokens, prompt_before)
         if from_waiting:

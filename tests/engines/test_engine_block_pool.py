@@ -7,7 +7,8 @@ from collections import OrderedDict
 from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from dmocker.engines.block_pool import BlockPool
+from dmocker.engines.block_pool import BlockPool, generated_block_ids
+from dmocker.engines.common import blocks_freed
 
 
 def test_lru_evicts_oldest_and_leaves_first() -> None:
@@ -18,10 +19,10 @@ def test_lru_evicts_oldest_and_leaves_first() -> None:
     p.release([3, 4])
     assert p.inactive_order() == [2, 1, 4, 3]
     assert p.take(1)
-    assert 2 not in p.blocks and p.match_prefix([1, 2], 2) == (1, 0, 1)
+    assert 2 not in p.ref_counts() and p.match_prefix([1, 2], 2) == (1, 0, 1)
     p.acquire([1])  # re-activated: no longer evictable
     assert p.take(2)
-    assert sorted(p.blocks) == [1]
+    assert sorted(p.ref_counts()) == [1]
     assert p.drain_events() == [1, 2, 3, 4, ~2, ~4, ~3]
     p.check()
 
@@ -60,7 +61,7 @@ def test_lru_stays_bounded_and_ordered_under_reuse() -> None:
     assert p.inactive_order() == [3, 2, 1]
     p.check()
     assert p.take(3) and p.drain_events()[-3:] == [~3, ~2, ~1]
-    assert not p.blocks and not p.inactive_order()
+    assert not p.ref_counts() and not p.inactive_order()
 
 
 def test_take_is_all_or_nothing() -> None:
@@ -84,7 +85,8 @@ def test_match_prefix_counts_leading_resident_and_active() -> None:
     p = BlockPool(8)
     p.take(3)
     p.promote([10, 11, 12])
-    p.release([12])  # 12 inactive
+    p.acquire([10, 11])  # a pin on the prefix
+    p.release([10, 11, 12])  # 12 inactive
     assert p.match_prefix([10, 11, 12, 13], 4) == (3, 2, 1)
     assert p.match_prefix([10, 11, 12], 2) == (2, 2, 0)
     assert p.match_prefix([9, 10], 2) == (0, 0, 0)
@@ -147,53 +149,135 @@ class ModelPool:
                 self.lru[h] = None
 
 
+class _Req:
+    """One request (or pin) of :class:`PoolMachine`: its chain, how far it has computed, what
+    it holds by reference (in chain order) and how many private blocks it owns."""
+
+    def __init__(self, rid: int, chain: list[int], cached: list[int], private: int) -> None:
+        self.rid = rid
+        self.chain = chain
+        self.cached = cached
+        self.pos = len(cached)  # blocks computed or hit; past the chain: generated blocks
+        self.private = private
+
+    def generated(self) -> list[int]:
+        return generated_block_ids(self.rid, len(self.chain), self.pos)
+
+
 class PoolMachine(RuleBasedStateMachine):
-    """Random owners take/promote/share/release blocks; the pool must conserve them and agree
-    with :class:`ModelPool` on every result, reference count, LRU order and event."""
+    """Requests on a tree of hash chains (prompts sharing prefixes) hit, compute (promote,
+    concurrently too: duplicates), generate, finish (release), are re-admitted (hitting their
+    own generated blocks) and take/untake speculatively, the way the engines call the pool;
+    it must conserve blocks, keep every run a stretch of one chain, and agree with
+    :class:`ModelPool` on every result, reference count, LRU order and event."""
 
     def __init__(self) -> None:
         super().__init__()
         self.pool = BlockPool(12, record=True)
         self.model = ModelPool(12)
-        self.owners: list[tuple[list[int], int]] = []  # (hashes held by ref, private count)
-        self.next_hash = 1
-        self.undo: tuple[int, list[int], int] | None = None  # last take_undoable, untouched since
+        self.ids: dict[tuple[int, ...], int] = {}  # token prefix -> its chained hash
+        self.parent: dict[int, int] = {}  # hash -> the hash before it in its chain
+        self.live: list[_Req] = []
+        self.done: list[_Req] = []  # finished, may be re-admitted
+        self.next_rid = 1
+        self.undo: tuple[int, list[int], int, _Req] | None = None  # last take_undoable, untouched since
+
+    def _chain(self, tokens: list[int]) -> list[int]:
+        out = []
+        for j in range(1, len(tokens) + 1):
+            h = self.ids.setdefault(tuple(tokens[:j]), len(self.ids) + 1)
+            if out:
+                self.parent[h] = out[-1]
+            out.append(h)
+        return out
 
     def _take(self, n: int) -> bool:
         evicted = self.model.take(n)
         ok = self.pool.take(n)
         assert ok is (evicted is not None)
         if evicted:
-            assert self.pool.drain_events()[-len(evicted):] == [~h for h in evicted]
+            assert _drained(self.pool)[-len(evicted):] == [~h for h in evicted]
         return ok
 
-    @rule(n=st.integers(1, 5), promote=st.integers(0, 5))
-    def allocate(self, n: int, promote: int) -> None:
+    def _admit(self, rid: int, chain: list[int], known: list[int], fresh: int) -> None:
+        n = self.pool.match_prefix(known, len(known))[0]
+        prefix = known[:n]
+        inactive = sum(1 for h in prefix if self.model.refs[h] == 0)
+        fits = fresh <= self.pool.available - inactive
+        before = (self.pool.free, self.pool.ref_counts(), self.pool.inactive_order())
         self.undo = None
-        if not self._take(n):
+        assert self.pool.claim(prefix, fresh) is fits
+        if not fits:
+            assert (self.pool.free, self.pool.ref_counts(), self.pool.inactive_order()) == before
             return
-        hashes = list(range(self.next_hash, self.next_hash + min(n, promote)))
-        self.next_hash += len(hashes)
-        new = self.pool.promote(hashes)
-        assert new == self.model.promote(hashes)
-        self.owners.append((new, n - len(new)))
+        self.model.acquire(prefix)
+        evicted = self.model.take(fresh)
+        assert evicted is not None
+        if evicted:
+            assert _drained(self.pool)[-len(evicted):] == [~h for h in evicted]
+        self.live.append(_Req(rid, chain, prefix, fresh))
 
-    @rule(data=st.data(), n=st.integers(1, 6))
-    def allocate_over_cached(self, data: st.DataObject, n: int) -> None:
-        """Promote a mix of new and already-cached hashes in any order (blocks computed while
-        someone else cached the same content stay private): the new ones form one run with
-        gaps, which later shares, releases and evictions split."""
+    @rule(tokens=st.lists(st.integers(0, 2), min_size=1, max_size=6), fresh=st.integers(0, 3))
+    def admit(self, tokens: list[int], fresh: int) -> None:
+        """A new request (or a destination pin, if it never computes) claims its cached prefix."""
+        chain = self._chain(tokens)
+        self._admit(self.next_rid, chain, chain, fresh)
+        self.next_rid += 1
+
+    @precondition(lambda self: bool(self.done))
+    @rule(data=st.data(), fresh=st.integers(0, 3))
+    def readmit(self, data: st.DataObject, fresh: int) -> None:
+        """A preempted request comes back: it can hit its own generated blocks too."""
+        r = self.done.pop(data.draw(st.integers(0, len(self.done) - 1)))
+        self._admit(r.rid, r.chain, r.chain + r.generated(), fresh)
+
+    @precondition(lambda self: bool(self.live))
+    @rule(data=st.data(), k=st.integers(1, 4), conservative=st.booleans())
+    def compute(self, data: st.DataObject, k: int, conservative: bool) -> None:
+        """A request computes ``k`` more blocks; the full prompt ones enter the cache (some may
+        be cached by someone else meanwhile: they stay private duplicates)."""
+        r = self.live[data.draw(st.integers(0, len(self.live) - 1))]
         self.undo = None
-        if not self._take(n):
+        if not self._take(k):
             return
-        fresh = list(range(self.next_hash, self.next_hash + n))
-        self.next_hash += n
-        cached = data.draw(st.lists(st.sampled_from(sorted(self.pool.blocks) or [0]), unique=True, max_size=3))
-        hashes = data.draw(st.permutations(fresh + [h for h in cached if h in self.pool.blocks]))
-        hashes = hashes[:n]
-        new = self.pool.promote(hashes)
-        assert new == self.model.promote(hashes)
-        self.owners.append((new, n - len(new)))
+        r.private += k
+        lo, hi = r.pos, min(r.pos + k, len(r.chain))
+        r.pos += k
+        if lo < hi:
+            held = not lo or (bool(r.cached) and r.cached[-1] == r.chain[lo - 1])
+            new = self.pool.promote(r.chain, lo, hi, held and not conservative)
+            assert new == self.model.promote(r.chain[lo:hi])
+            r.cached += new
+            r.private -= len(new)
+
+    @precondition(lambda self: bool(self.live))
+    @rule(data=st.data())
+    def finish(self, data: st.DataObject) -> None:
+        """A request ends: its generated blocks enter the cache, then it releases everything."""
+        r = self.live.pop(data.draw(st.integers(0, len(self.live) - 1)))
+        self.undo = None
+        generated = r.generated()
+        new = self.pool.promote(generated)
+        assert new == self.model.promote(generated)
+        r.cached += new
+        r.private -= len(new)
+        # (the pool counts what leaves use before anything is released)
+        others = [(q.private + len(q.cached), q.cached) for q in self.live if data.draw(st.booleans())]
+        holdings = [(r.private + len(r.cached), r.cached)] + others
+        freed = blocks_freed(self.pool, holdings)
+        model_freed = sum(p for p, _ in holdings) - sum(len(c) for _, c in holdings)
+        counts: dict[int, int] = {}
+        for _, c in holdings:
+            for h in c:
+                counts[h] = counts.get(h, 0) + 1
+        model_freed += sum(1 for h, n in counts.items() if self.model.refs[h] == n)
+        assert freed == model_freed
+        self.pool.release(r.cached)
+        self.model.release(r.cached)
+        self.pool.give_back(r.private)
+        self.model.free += r.private
+        r.cached, r.private = [], 0
+        self.done.append(r)
 
     @rule(n=st.integers(1, 8))
     def take_undoable(self, n: int) -> None:
@@ -203,87 +287,45 @@ class PoolMachine(RuleBasedStateMachine):
         evicted = self.model.take(n)
         free, got = self.pool.take_undoable(n)
         assert got == evicted
-        self.owners.append(([], n))
-        self.undo = (free, got, n)
+        owner = _Req(0, [], [], n)
+        self.live.append(owner)
+        self.undo = (free, got, n, owner)
 
     @precondition(lambda self: self.undo is not None)
     @rule(data=st.data())
     def untake(self, data: st.DataObject) -> None:
         assert self.undo is not None
-        free, evicted, taken = self.undo
+        free, evicted, taken, owner = self.undo
         keep = data.draw(st.integers(0, taken))
         still = self.pool.untake(free, evicted, taken, keep)
         assert still == evicted[:len(still)]
         restore = evicted[len(still):]
         self.model.untake(restore, taken - keep - len(restore))
-        assert self.owners[-1] == ([], taken)
-        self.owners[-1] = ([], keep)
+        owner.private = keep
         self.undo = None
 
-    @precondition(lambda self: bool(self.pool.blocks))
-    @rule(data=st.data(), limit=st.integers(0, 6))
-    def match(self, data: st.DataObject, limit: int) -> None:
-        known = sorted(self.pool.blocks) + [0]
-        hashes = data.draw(st.lists(st.sampled_from(known), unique=True, max_size=6))
-        assert self.pool.match_prefix(hashes, limit) == self.model.match_prefix(hashes, limit)
-
-    @precondition(lambda self: bool(self.pool.blocks))
-    @rule(data=st.data(), extra=st.integers(0, 3))
-    def share(self, data: st.DataObject, extra: int) -> None:
-        hashes = sorted(self.pool.blocks)
-        chosen = data.draw(st.lists(st.sampled_from(hashes), unique=True, max_size=4))
-        inactive = sum(1 for h in chosen if self.pool.ref_count(h) == 0)
-        if extra > self.pool.available - inactive:
-            return
-        self.undo = None
-        self.pool.acquire(chosen)
-        self.model.acquire(chosen)
-        assert self._take(extra)
-        self.owners.append((chosen, extra))
-
-    @precondition(lambda self: bool(self.pool.blocks))
-    @rule(data=st.data(), extra=st.integers(0, 6))
-    def claim(self, data: st.DataObject, extra: int) -> None:
-        """claim == the fit test + acquire + take above, and changes nothing when it fails."""
-        hashes = sorted(self.pool.blocks)
-        chosen = data.draw(st.lists(st.sampled_from(hashes), unique=True, max_size=4))
-        inactive = sum(1 for h in chosen if self.pool.ref_count(h) == 0)
-        fits = extra <= self.pool.available - inactive
-        before = (self.pool.free, self.pool.ref_counts(), self.pool.inactive_order())
-        self.undo = None
-        assert self.pool.claim(chosen, extra) is fits
-        if fits:
-            self.model.acquire(chosen)
-            evicted = self.model.take(extra)
-            assert evicted is not None
-            if evicted:
-                assert self.pool.drain_events()[-len(evicted):] == [~h for h in evicted]
-            self.owners.append((chosen, extra))
-        else:
-            assert (self.pool.free, self.pool.ref_counts(), self.pool.inactive_order()) == before
-
-    @precondition(lambda self: bool(self.owners))
-    @rule(data=st.data())
-    def release(self, data: st.DataObject) -> None:
-        i = data.draw(st.integers(0, len(self.owners) - 1))
-        hashes, private = self.owners.pop(i)
-        self.undo = None
-        self.pool.release(hashes)
-        self.pool.give_back(private)
-        self.model.release(hashes)
-        self.model.free += private
+    @rule(tokens=st.lists(st.integers(0, 2), max_size=7), limit=st.integers(0, 7))
+    def match(self, tokens: list[int], limit: int) -> None:
+        chain = self._chain(tokens)
+        assert self.pool.match_prefix(chain, limit) == self.model.match_prefix(chain, limit)
 
     @invariant()
     def conserved(self) -> None:
         self.pool.check()
-        private = sum(p for _, p in self.owners)
-        assert self.pool.free + private + len(self.pool.blocks) == self.pool.total
+        private = sum(r.private for r in self.live)
+        assert self.pool.free + private + len(self.pool.ref_counts()) == self.pool.total
+        assert self.pool.private_blocks == private
         counts: dict[int, int] = {}
-        for hashes, _ in self.owners:
-            for h in hashes:
+        for r in self.live:
+            for h in r.cached:
                 counts[h] = counts.get(h, 0) + 1
-        for h, r in self.pool.ref_counts().items():
-            assert r == counts.get(h, 0) >= 0
+        assert self.pool.ref_counts() == {h: counts.get(h, 0) for h in self.pool.ref_counts()}
+
+    @invariant()
+    def runs_are_chain_stretches(self) -> None:
+        for run in self.pool.starts.values():
+            for a, b in zip(run.keys, run.keys[1:]):
+                assert self.parent.get(b, b - 1) == a, run.keys  # (generated ids: a range)
 
     @invariant()
     def agrees_with_model(self) -> None:
@@ -294,4 +336,4 @@ class PoolMachine(RuleBasedStateMachine):
 
 
 TestPoolMachine = PoolMachine.TestCase
-TestPoolMachine.settings = settings(max_examples=80, stateful_step_count=40, deadline=None)
+TestPoolMachine.settings = settings(max_examples=150, stateful_step_count=50, deadline=None)
