@@ -24,8 +24,11 @@ Blocks of *generated* tokens enter the cache, when their owner frees them, under
 tokens, which nobody can hit, but which take LRU slots and so shape later evictions.
 
 Events: when ``record`` is on, cache insertions and evictions are appended, in order, to
-``events`` (a stored hash ``h`` as ``h``, a removed one as ``~h``, which is negative); the owner
-drains them with :func:`dmocker.engines.common.kv_events` at its visibility point.
+``events`` as chunks, one per call that changed the cache: ``(True, hashes)`` stored by a
+promote, ``(False, hashes)`` evicted by a take (prompt hashes only, never empty).  The owner
+drains them and :func:`dmocker.engines.common.kv_events` merges neighbouring chunks of one kind
+into KV events at its visibility point: a chunk is the tuple the event carries, so no hash is
+touched one by one on the way (a Mooncake replay records millions of changes).
 
 Representation (why it is shaped like this)
 -------------------------------------------
@@ -74,16 +77,20 @@ include the block position and generated ids are a range.
 from __future__ import annotations
 
 from itertools import repeat
-from typing import Sequence
+from typing import Sequence, TypeAlias
 
 from dmocker.engines.hashing import HASH_BITS
 
-__all__ = ["BlockPool", "PRIVATE_HASH_BASE", "generated_block_ids"]
+__all__ = ["BlockPool", "KvChunk", "PRIVATE_HASH_BASE", "generated_block_ids"]
 
 # Ids of blocks holding generated tokens live above every (59-bit) content hash, so they can
 # never collide with (or be matched as) a prompt block; they produce no KV events.  Request
 # ids below 2**35 keep them under 2**60: two-digit ints, as cheap to hash as prompt hashes.
 PRIVATE_HASH_BASE = 1 << HASH_BITS
+_IS_PROMPT = PRIVATE_HASH_BASE.__gt__  # h < PRIVATE_HASH_BASE: a prompt block's hash
+
+#: One recorded cache change: (True, hashes stored) or (False, hashes evicted), in order.
+KvChunk: TypeAlias = tuple[bool, tuple[int, ...]]
 
 
 def generated_block_ids(request_id: int, first: int, stop: int) -> list[int]:
@@ -94,6 +101,9 @@ def generated_block_ids(request_id: int, first: int, stop: int) -> list[int]:
     """
     base = PRIVATE_HASH_BASE + (request_id << 24)
     return list(range(base + first, base + stop))
+
+
+_STAMP0 = 1 << 32  # LRU stamps start here, so the entries untake prepends keep stamps >= 0
 
 
 class _Run:
@@ -134,11 +144,11 @@ class BlockPool:
         self.num_cached = 0  # cached blocks (in all runs)
         self.lru: list[_Run | None] = []  # inactive runs, oldest first; None: left
         self.lru_head = 0  # entries before it are None
-        self.lru_base = 0  # stamp of lru[0]
+        self.lru_base = _STAMP0  # stamp of lru[0] (lowered when untake prepends)
         self.listed = 0  # runs in the LRU list (its entries that are not None)
         self.num_inactive = 0  # blocks in inactive runs
         self.record = record
-        self.events: list[int] = []
+        self.events: list[KvChunk] = []  # (stored?, hashes) per change, in order
         self._undo: list[int] = []  # run lengths of the last take_undoable's evicted list
 
     # --- queries -------------------------------------------------------------------------------
@@ -301,7 +311,9 @@ class BlockPool:
         if self.record:
             evicted: list[int] = []
             self._evict(n - free, evicted, None)
-            self.events.extend([~h for h in evicted if h < PRIVATE_HASH_BASE])
+            gone = tuple(filter(_IS_PROMPT, evicted))  # generated blocks produce no events
+            if gone:
+                self.events.append((False, gone))
         else:
             self._evict(n - free, None, None)
         self.free = 0
@@ -383,8 +395,11 @@ class BlockPool:
             k = len(runs)
             head = self.lru_head
             if head < k:
-                self.lru[0:0] = [None] * (k - head)
-                self.lru_base -= k - head
+                if self.lru_base < k:  # (stamps stay >= 0: -1 means unlisted)
+                    self._trim(k)
+                pad = k - self.lru_head
+                self.lru[0:0] = [None] * pad
+                self.lru_base -= pad
                 head = k
             head -= k
             stamp = self.lru_base + head
@@ -425,7 +440,7 @@ class BlockPool:
             starts[hs[0]] = _Run(hs, 1)
             self.num_cached += len(hs)
             if self.record and hs[0] < PRIVATE_HASH_BASE:
-                self.events.extend(hs)
+                self.events.append((True, tuple(hs)))
             return hs[:]
         # Walk the range, knowing where the block before it is cached (if so): a cached block
         # continues the run of the one before it, or starts a run.
@@ -458,7 +473,7 @@ class BlockPool:
             i = j
         self.num_cached += len(new)
         if new and self.record and new[0] < PRIVATE_HASH_BASE:
-            self.events.extend(new)
+            self.events.append((True, tuple(new)))
         return new
 
     def _locate(self, chain: Sequence[int], lo: int) -> tuple[_Run | None, int]:
@@ -506,19 +521,20 @@ class BlockPool:
         if len(lru) > 2 * self.listed + 64:
             self._trim()
 
-    def _trim(self) -> None:
+    def _trim(self, low: int = 0) -> None:
         """Rebuild the LRU list from its runs (dropping the entries that left) and re-stamp
         them; called when those entries outnumber the runs, so it stays under ``2 * listed +
-        64`` entries at amortised constant cost."""
+        64`` entries at amortised constant cost.  Stamps restart at ``_STAMP0`` (at least
+        ``low``)."""
         live: list[_Run | None] = [run for run in self.lru if run is not None]
         self.lru = live
         self.lru_head = 0
-        self.lru_base = 0
-        for i, run in enumerate(live):
+        self.lru_base = base = max(_STAMP0, low)
+        for i, run in enumerate(live, base):
             assert run is not None
             run.stamp = i
 
-    def drain_events(self) -> list[int]:
+    def drain_events(self) -> list[KvChunk]:
         events = self.events
         if events:
             self.events = []

@@ -4,11 +4,21 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+import pytest
 from hypothesis import settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from dmocker.engines.block_pool import BlockPool, generated_block_ids
+from dmocker.engines import block_pool
+from dmocker.engines.block_pool import PRIVATE_HASH_BASE, BlockPool, generated_block_ids
 from dmocker.engines.common import blocks_freed
+
+
+def _drained(p: BlockPool) -> list[int]:
+    """The pool's drained change chunks as one list: a stored hash ``h`` as ``h``, an evicted
+    one as ``~h`` (negative); a chunk is never empty."""
+    chunks = p.drain_events()
+    assert all(hashes for _stored, hashes in chunks)
+    return [h if stored else ~h for stored, hashes in chunks for h in hashes]
 
 
 def test_lru_evicts_oldest_and_leaves_first() -> None:
@@ -23,7 +33,7 @@ def test_lru_evicts_oldest_and_leaves_first() -> None:
     p.acquire([1])  # re-activated: no longer evictable
     assert p.take(2)
     assert sorted(p.ref_counts()) == [1]
-    assert p.drain_events() == [1, 2, 3, 4, ~2, ~4, ~3]
+    assert _drained(p) == [1, 2, 3, 4, ~2, ~4, ~3]
     p.check()
 
 
@@ -48,7 +58,7 @@ def test_lru_stays_bounded_and_ordered_under_reuse() -> None:
     for i in range(50):
         p.release([1, 2, 3])
         if i % 7 == 3:
-            assert p.take(1) and p.drain_events()[-1] == ~3  # the leaf goes first
+            assert p.take(1) and _drained(p)[-1] == ~3  # the leaf goes first
             assert p.promote([3]) == [3]  # the taken block caches 3 again
             p.acquire([1, 2])
             p.release([1, 2])
@@ -60,7 +70,7 @@ def test_lru_stays_bounded_and_ordered_under_reuse() -> None:
     p.release([1, 2, 3])
     assert p.inactive_order() == [3, 2, 1]
     p.check()
-    assert p.take(3) and p.drain_events()[-3:] == [~3, ~2, ~1]
+    assert p.take(3) and _drained(p)[-3:] == [~3, ~2, ~1]
     assert not p.ref_counts() and not p.inactive_order()
 
 
@@ -90,6 +100,36 @@ def test_match_prefix_counts_leading_resident_and_active() -> None:
     assert p.match_prefix([10, 11, 12, 13], 4) == (3, 2, 1)
     assert p.match_prefix([10, 11, 12], 2) == (2, 2, 0)
     assert p.match_prefix([9, 10], 2) == (0, 0, 0)
+
+
+def test_a_run_restored_at_the_lru_head_is_listed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """untake puts the evicted tail back in front of the LRU list: it must be unlisted when
+    re-referenced (its stamp is a real position), also when the stamps have to be rebuilt."""
+    for stamp0 in (block_pool._STAMP0, 0):
+        monkeypatch.setattr(block_pool, "_STAMP0", stamp0)
+        p = BlockPool(4)
+        assert p.take(2) and p.promote([1, 2]) == [1, 2]
+        p.release([1, 2])
+        assert p.take(2)
+        free, evicted = p.take_undoable(1)  # the leaf 2; the head entry stays
+        assert evicted == [2] and p.untake(free, evicted, 1, 0) == []
+        assert p.inactive_order() == [2, 1]
+        p.acquire([1, 2])
+        assert p.inactive_order() == [] and p.num_inactive == 0
+        p.check()
+
+
+def test_promote_after_a_duplicate_finds_the_run_it_continues() -> None:
+    """A caller whose block before the range was a duplicate (cached by someone else, in the
+    middle of that one's run) is told nothing by the run starts: the pool walks its chain."""
+    p = BlockPool(12)
+    assert p.take(8)
+    chain = [1, 2, 3, 4]
+    assert p.promote(chain) == [1, 2, 3, 4]  # A computes the chain
+    assert p.promote(chain, 0, 2) == []  # B computed its first half meanwhile: duplicates
+    assert p.promote(chain, 2, 4, False) == []  # and the rest: still duplicates
+    assert p.private_blocks == 4
+    p.check()
 
 
 class ModelPool:
@@ -153,15 +193,21 @@ class _Req:
     """One request (or pin) of :class:`PoolMachine`: its chain, how far it has computed, what
     it holds by reference (in chain order) and how many private blocks it owns."""
 
-    def __init__(self, rid: int, chain: list[int], cached: list[int], private: int) -> None:
+    def __init__(self, rid: int, tokens: list[int], chain: list[int], cached: list[int],
+                 private: int) -> None:
         self.rid = rid
+        self.tokens = tokens
         self.chain = chain
         self.cached = cached
         self.pos = len(cached)  # blocks computed or hit; past the chain: generated blocks
         self.private = private
+        self.end = len(chain) + 2 if chain else 0  # computes up to two generated blocks
 
     def generated(self) -> list[int]:
         return generated_block_ids(self.rid, len(self.chain), self.pos)
+
+
+_LIVE = 5  # live requests at most (more would mostly fill the pool)
 
 
 class PoolMachine(RuleBasedStateMachine):
@@ -173,14 +219,18 @@ class PoolMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.pool = BlockPool(12, record=True)
-        self.model = ModelPool(12)
+        self.pool = BlockPool(16, record=True)
+        self.model = ModelPool(16)
         self.ids: dict[tuple[int, ...], int] = {}  # token prefix -> its chained hash
         self.parent: dict[int, int] = {}  # hash -> the hash before it in its chain
         self.live: list[_Req] = []
         self.done: list[_Req] = []  # finished, may be re-admitted
         self.next_rid = 1
         self.undo: tuple[int, list[int], int, _Req] | None = None  # last take_undoable, untouched since
+        self.expected: list[int] = []  # KV events due: h stored, ~h evicted (prompt blocks only)
+
+    def _expect(self, changes: list[int]) -> None:
+        self.expected += [h for h in changes if -PRIVATE_HASH_BASE <= h < PRIVATE_HASH_BASE]
 
     def _chain(self, tokens: list[int]) -> list[int]:
         out = []
@@ -196,10 +246,11 @@ class PoolMachine(RuleBasedStateMachine):
         ok = self.pool.take(n)
         assert ok is (evicted is not None)
         if evicted:
-            assert _drained(self.pool)[-len(evicted):] == [~h for h in evicted]
+            self._expect([~h for h in evicted])
         return ok
 
-    def _admit(self, rid: int, chain: list[int], known: list[int], fresh: int) -> None:
+    def _admit(self, rid: int, tokens: list[int], known: list[int], fresh: int) -> None:
+        chain = self._chain(tokens)
         n = self.pool.match_prefix(known, len(known))[0]
         prefix = known[:n]
         inactive = sum(1 for h in prefix if self.model.refs[h] == 0)
@@ -214,29 +265,42 @@ class PoolMachine(RuleBasedStateMachine):
         evicted = self.model.take(fresh)
         assert evicted is not None
         if evicted:
-            assert _drained(self.pool)[-len(evicted):] == [~h for h in evicted]
-        self.live.append(_Req(rid, chain, prefix, fresh))
+            self._expect([~h for h in evicted])
+        self.live.append(_Req(rid, tokens, chain, prefix, fresh))
 
-    @rule(tokens=st.lists(st.integers(0, 2), min_size=1, max_size=6), fresh=st.integers(0, 3))
+    @precondition(lambda self: len(self.live) < _LIVE)
+    @rule(tokens=st.lists(st.integers(0, 2), min_size=1, max_size=6), fresh=st.integers(0, 2))
     def admit(self, tokens: list[int], fresh: int) -> None:
         """A new request (or a destination pin, if it never computes) claims its cached prefix."""
-        chain = self._chain(tokens)
-        self._admit(self.next_rid, chain, chain, fresh)
+        self._admit(self.next_rid, tokens, self._chain(tokens), fresh)
         self.next_rid += 1
 
-    @precondition(lambda self: bool(self.done))
-    @rule(data=st.data(), fresh=st.integers(0, 3))
+    @precondition(lambda self: len(self.live) < _LIVE and any(r.tokens for r in self.live))
+    @rule(data=st.data(), more=st.lists(st.integers(0, 2), max_size=3), fresh=st.integers(0, 2))
+    def admit_alike(self, data: st.DataObject, more: list[int], fresh: int) -> None:
+        """A request sharing a prefix with a live one (perhaps still computing it: the two
+        compute the same blocks, the later ones stay private duplicates)."""
+        r = data.draw(st.sampled_from([r for r in self.live if r.tokens]))
+        cut = data.draw(st.one_of(st.just(len(r.tokens)), st.integers(1, len(r.tokens))))
+        tokens = r.tokens[:cut] + more
+        self._admit(self.next_rid, tokens, self._chain(tokens), fresh)
+        self.next_rid += 1
+
+    @precondition(lambda self: len(self.live) < _LIVE and bool(self.done))
+    @rule(data=st.data(), fresh=st.integers(0, 2))
     def readmit(self, data: st.DataObject, fresh: int) -> None:
         """A preempted request comes back: it can hit its own generated blocks too."""
         r = self.done.pop(data.draw(st.integers(0, len(self.done) - 1)))
-        self._admit(r.rid, r.chain, r.chain + r.generated(), fresh)
+        self._admit(r.rid, r.tokens, r.chain + r.generated(), fresh)
 
-    @precondition(lambda self: bool(self.live))
-    @rule(data=st.data(), k=st.integers(1, 4), conservative=st.booleans())
+    @precondition(lambda self: any(r.pos < r.end for r in self.live))
+    @rule(data=st.data(), k=st.integers(1, 3), conservative=st.booleans())
     def compute(self, data: st.DataObject, k: int, conservative: bool) -> None:
         """A request computes ``k`` more blocks; the full prompt ones enter the cache (some may
-        be cached by someone else meanwhile: they stay private duplicates)."""
-        r = self.live[data.draw(st.integers(0, len(self.live) - 1))]
+        be cached by someone else meanwhile: they stay private duplicates).  A conservative
+        caller does not tell the pool that it holds the block before them."""
+        r = data.draw(st.sampled_from([r for r in self.live if r.pos < r.end]))
+        k = min(k, r.end - r.pos)
         self.undo = None
         if not self._take(k):
             return
@@ -247,18 +311,20 @@ class PoolMachine(RuleBasedStateMachine):
             held = not lo or (bool(r.cached) and r.cached[-1] == r.chain[lo - 1])
             new = self.pool.promote(r.chain, lo, hi, held and not conservative)
             assert new == self.model.promote(r.chain[lo:hi])
+            self._expect(new)
             r.cached += new
             r.private -= len(new)
 
     @precondition(lambda self: bool(self.live))
-    @rule(data=st.data())
-    def finish(self, data: st.DataObject) -> None:
+    @rule(data=st.data(), oldest=st.booleans())
+    def finish(self, data: st.DataObject, oldest: bool) -> None:
         """A request ends: its generated blocks enter the cache, then it releases everything."""
-        r = self.live.pop(data.draw(st.integers(0, len(self.live) - 1)))
+        r = self.live.pop(0 if oldest else data.draw(st.integers(0, len(self.live) - 1)))
         self.undo = None
         generated = r.generated()
         new = self.pool.promote(generated)
         assert new == self.model.promote(generated)
+        self._expect(new)
         r.cached += new
         r.private -= len(new)
         # (the pool counts what leaves use before anything is released)
@@ -279,6 +345,7 @@ class PoolMachine(RuleBasedStateMachine):
         r.cached, r.private = [], 0
         self.done.append(r)
 
+    @precondition(lambda self: len(self.live) < _LIVE)
     @rule(n=st.integers(1, 8))
     def take_undoable(self, n: int) -> None:
         """A bulk run's speculative take (evictions recorded for undo, no events)."""
@@ -287,7 +354,7 @@ class PoolMachine(RuleBasedStateMachine):
         evicted = self.model.take(n)
         free, got = self.pool.take_undoable(n)
         assert got == evicted
-        owner = _Req(0, [], [], n)
+        owner = _Req(0, [], [], [], n)
         self.live.append(owner)
         self.undo = (free, got, n, owner)
 
@@ -329,6 +396,8 @@ class PoolMachine(RuleBasedStateMachine):
 
     @invariant()
     def agrees_with_model(self) -> None:
+        assert _drained(self.pool) == self.expected
+        self.expected = []
         assert self.pool.free == self.model.free
         assert self.pool.ref_counts() == self.model.refs
         assert self.pool.inactive_order() == list(self.model.lru)
@@ -336,4 +405,4 @@ class PoolMachine(RuleBasedStateMachine):
 
 
 TestPoolMachine = PoolMachine.TestCase
-TestPoolMachine.settings = settings(max_examples=150, stateful_step_count=50, deadline=None)
+TestPoolMachine.settings = settings(max_examples=150, stateful_step_count=80, deadline=None)
