@@ -75,7 +75,8 @@ def record(args: argparse.Namespace) -> None:
 
     cls.__init__ = new_init  # type: ignore[method-assign]
     for name in METHODS:
-        setattr(cls, name, wrap(name))
+        if hasattr(cls, name):  # (ref_count: pools before the run-start index; refs_of: after)
+            setattr(cls, name, wrap(name))
     options = dict(engine=args.engine, prefill_workers=args.prefill_workers,
                    decode_workers=args.decode_workers, router=args.router)
     if args.block_size:

@@ -37,35 +37,47 @@ value was rewritten on every release and re-reference (a reference count, or an 
 fresh int per block), with an eviction walk that looked every block up three times.  On such
 traces those per-block hash-table writes (each a likely cache miss) made the pool close to half
 of a vLLM replay.  But blocks move in runs: a request promotes its new blocks together, releases
-all it holds together, and is hit on a prefix.  So the pool keeps per-block state only where a
-hash must be found, and everything else per **run**:
+all it holds together, and is hit on a prefix.  So the pool keeps no per-block state at all:
+everything is per **run**:
 
-* A :class:`_Run` is a list of cached hashes that share their holders (so one reference count)
-  and, while inactive, one LRU entry; its hashes are ordered so that the last ones are evicted
-  first (a request's blocks in chain order, leaves last).
-* ``blocks`` maps each cached hash to its run.  It is written when a block enters the cache
-  (``promote``: ``setdefault`` tells a duplicate and inserts in one dict operation), when it
-  is evicted (one delete) and when a run is split (below); never by a release or a prefix hit
-  that takes whole runs.
+* A :class:`_Run` is a **stretch of one hash chain**, in chain order (each hash follows its
+  chain predecessor; a request's generated ids are a chain of their own), whose blocks share
+  their holders (so one reference count) and, while inactive, one LRU entry; the last ones are
+  evicted first (leaves last).  Runs are made by ``promote`` (one per stretch of new blocks
+  between duplicates), split by a shared prefix and cut by eviction; they never grow or merge.
+* ``starts`` maps the **first** hash of each run to it: the only per-hash index.  A cached
+  block that does not start a run sits right after its chain predecessor in the same run, so
+  a walk along a chain from its first block never needs the others: at each position the block
+  continues the current run (a list-slice comparison, C-level) or starts one (one lookup) or
+  is not cached.  So promoting writes one dict entry per new run, evicting deletes one per run
+  that empties (cutting a tail writes none), and splitting adds one.
 * ``lru`` lists inactive runs, oldest first, from ``lru_head``; a run's position is its
   ``stamp``, an entry leaving (re-referenced, evicted to nothing) becomes ``None``.  Eviction
   takes whole runs from the head and cuts the tail off the last one; releasing appends the runs
   that reach zero references, last-held first, so a request's leaves still go before its roots.
+  ``untake`` puts evicted blocks back in front, one run per run they came from.
 
-Operations that take a list of hashes (``release``, ``acquire``, ``claim``, ``match_prefix``)
-walk it run by run: the run of the next hash is looked up once and the stretch of the list that
-continues it is found by comparing list slices (C-level, no dict).  A run only partly covered by
-the stretch (someone shares a prefix of it, or the list interleaves it with another run) is
-first split (:meth:`BlockPool._carve`, rewriting the dict entries of the smaller part), just
-before its piece is re-referenced or released; splitting changes the grouping, not what is
-cached, so results, LRU order and events are those of the plain per-block model (the stateful
-test runs both side by side).  On the Mooncake trace (vLLM 4P+4D) a released or re-referenced
-list spans ~2 runs of ~50 blocks, and splits are rare (~130 per pool over the whole trace).
+The contract this rests on: every list a caller passes is a stretch of its chain, walked from a
+known point.  ``match_prefix``, ``claim`` and ``acquire`` take a chain prefix (from the chain's
+first block); ``release`` takes what the caller holds, in chain order: its hit prefix, the
+blocks its promotes inserted (gaps where it had duplicates: the block after a gap started a run
+when it was promoted) and its generated ids; ``promote`` takes the chain and the range
+``[lo, hi)``.  Duplicate detection is the subtle case: a cached block in the range continues
+the run of the block before it or starts a run, and the block before the range ends its run
+when the caller holds it (it hit or promoted it, and runs never grow) -- then a lookup of each
+promoted hash in ``starts`` finds every duplicate; if the caller's block before the range was a
+duplicate (``held=False``), its cached copy may sit inside another request's run that goes on
+into the range, so the pool first walks the chain up to ``lo``.  A stretch of a released or
+re-referenced list only partly covering a run (someone shares a prefix of it) first splits it
+(:meth:`BlockPool._carve`, one new start for the rest), just before its piece is re-referenced
+or released; splitting changes the grouping, not what is cached, so results, LRU order and
+events are those of the plain per-block model (the stateful test runs both side by side, on a
+tree of chains, and checks that every run is a chain stretch).
 
-Measured on a recorded call sequence of two of that replay's pools (every call, replayed alone):
-0.53 s against 1.19 s for the per-block dict, and 0.64 s against 0.88 s on the four pools of
-the 10k synthetic workload (shorter prompts, more sharing).  What remains is one dict insert
-per promoted block and one delete per evicted block.  A numpy variant (per-slot reference
+Measured on recorded call sequences of a replay's pools (every call, replayed alone,
+``bench/pool_calls.py``): see the commit introducing the run-start index for the numbers.  The
+previous layout (one dict entry per cached block) cost a dict insert per promoted block and a
+delete per evicted block (~4 M per Mooncake replay).  A numpy variant (per-slot reference
 counts and stamps, a hash -> slot dict, vectorised release and eviction) was slower than the
 per-block dict: every call still converts its hashes object by object, and each numpy
 operation costs about a microsecond, a dozen of them per call.
