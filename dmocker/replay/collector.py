@@ -462,7 +462,11 @@ class Collector:
         """A request entered the decode batch of worker ``source``: watch it until its second
         token.  Only ``source``'s passes (``on_tokens(..., source)``) look at it, so a request
         must be admitted again by any other worker before that worker emits it (it is: every
-        decode batch entry is an admission)."""
+        decode batch entry is an admission).  A re-admission (after a preemption) of a request
+        that already has its second token is not watched: its first and second token times
+        stay those of the tokens it streamed first."""
+        if self._tokens_a[request_id] >= 2:
+            return
         at = self._young_at
         old = at.get(request_id)
         if old is not None and old != source:

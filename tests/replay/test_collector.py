@@ -77,6 +77,22 @@ def test_tokens_first_second_last_and_gaps() -> None:
     assert itl.mean == pytest.approx(6.0)
 
 
+def test_readmission_after_the_second_token_keeps_first_and_second() -> None:
+    """A request preempted on decode after its second token and admitted again keeps the
+    first and second token times it streamed (the reference's TTST is second - first of the
+    streamed tokens); the first token after the re-admission is just another ITL gap."""
+    c = Collector(1)
+    c.on_arrival(0, 0.0, 100)
+    c.on_admit(0, 0)
+    c.on_decode_admit(0, 0)
+    c.on_tokens(np.array([0], dtype=np.int64), 10.0, 0)
+    c.on_tokens(np.array([0], dtype=np.int64), 20.0, 0)
+    c.on_decode_admit(0, 1)  # preempted, re-admitted (here on another worker)
+    c.on_tokens(np.array([0], dtype=np.int64), 500.0, 1)
+    assert (c.first_token.item(0), c.second_token.item(0), c.last_token.item(0)) == (10.0, 20.0, 500.0)
+    assert not c.young
+
+
 def test_per_request_sample_memory_is_compact() -> None:
     n = 10_000
     c = Collector(n)
@@ -159,7 +175,8 @@ class _Oracle:
         self.gaps: list[float] = []
 
     def admit(self, rid: int) -> None:
-        self.young[rid] = self.tokens[rid]
+        if self.tokens[rid] < 2:  # a re-admission after the second token watches nothing
+            self.young[rid] = self.tokens[rid]
 
     def emit(self, ids: list[int], t: float) -> None:
         for rid in ids:
