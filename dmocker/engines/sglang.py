@@ -88,7 +88,6 @@ class SglangWorker(SglDecodePath, HandoffWorkerBase[_SReq]):
         self._pending_status = _St.REMOTE_PENDING
         self._caching = args.enable_prefix_caching
         self._record = record_kv_events and args.enable_prefix_caching
-        self._prefill_worker = args.worker_type is WorkerType.PREFILL
         self.pool = BlockPool(args.num_gpu_blocks, record=self._record)
         self._total_tokens = args.total_kv_tokens
         self._timing = PassTiming(args)
@@ -206,10 +205,10 @@ class SglangWorker(SglDecodePath, HandoffWorkerBase[_SReq]):
         emitted_arr: I64 | None = None
         if can_run:
             decode_ms, retracted = self._decode_step(newly, emitted, finished)
-            if self._prefill_worker:
-                # Dynamo 1.6.1 charges a prefill worker's extend pass its prefill time only (a
-                # newer mocker revision adds one decode step); replays match 1.6.1 this way.
-                decode_ms = 0.0
+            # Dynamo 1.6.1 charges an extend pass its prefill time only, on every worker (a
+            # newer mocker revision adds one decode step): on a decode worker, the re-extend
+            # of retracted requests takes no time.  Replays match 1.6.1 this way.
+            decode_ms = 0.0
             self._running.extend(newly)  # completed and retracted ones were removed
         else:
             fast = self._decode_running_vec(finished)

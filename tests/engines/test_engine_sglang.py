@@ -178,6 +178,21 @@ def test_retraction_takes_fewest_outputs() -> None:
     assert d.is_drained()
 
 
+def test_extend_pass_on_a_decode_worker_takes_no_time() -> None:
+    """An extend pass is charged its prefill time only (Dynamo 1.6.1), and a decode worker's
+    prefill time is 0: re-extending a retracted request on a decode worker emits its token at
+    the pass start; the following decode pass takes time."""
+    d = worker(WorkerType.DECODE, speedup_ratio=1.0, decode_speedup_ratio=1.0)
+    d.submit(req(0, list(range(8)), out=3))
+    plan = d.start_pass(5.0)
+    assert plan is not None
+    c = d.finish_pass()
+    assert c.emitted.tolist() == [0] and plan.end_ms == c.end_ms == 5.0
+    plan = d.start_pass(5.0)
+    assert plan is not None and plan.end_ms > 5.0
+    d.finish_pass()
+
+
 workload = st.lists(
     st.tuples(st.floats(0, 50), st.integers(0, 3), st.integers(1, 30), st.integers(0, 12)),
     min_size=1, max_size=12,
