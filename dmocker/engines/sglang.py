@@ -373,12 +373,18 @@ class SglangWorker(SglDecodePath, HandoffWorkerBase[_SReq]):
             return sum(1 for r in batch if r.seq + 1 > r.npages * page)
 
         need = growth()
+        victims: list[_SReq] = []
         while pool.available < need and len(batch) > 1:
             victim = min(batch, key=lambda q: q.seq - q.prompt)
             batch.remove(victim)
             self._retract(victim)
+            victims.append(victim)
             retracted = True
             need = growth()
+        if victims:
+            # back to the front of the queue in retraction order (the first retracted first),
+            # as SGLang's scheduler re-queues a step's retracted list
+            self._waiting.extendleft(reversed(victims))
         if pool.available < need:
             return 0.0, retracted  # cannot decode at all (single request too large)
         total_context = 0
@@ -410,7 +416,6 @@ class SglangWorker(SglDecodePath, HandoffWorkerBase[_SReq]):
         r.materialized = 0
         r.cached_tokens = 0
         r.status = _St.WAITING
-        self._waiting.appendleft(r)
         self.retractions += 1
 
     def _complete(self, r: _SReq) -> None:
