@@ -256,8 +256,9 @@ class LogSketch:
         cum = np.cumsum(self._counts)
         i = int(np.searchsorted(cum, rank, side="right"))
         i = min(i, self._counts.shape[0] - 1)
-        value = 2.0 * self._gamma ** (i + self._lo) / (self._gamma + 1.0)
-        return min(max(value, self.min), self.max)
+        # the bucket's representative as is, even when it lies outside [min, max] (a bucket
+        # holding the extreme values): the reference's sketch does not clamp it either
+        return 2.0 * self._gamma ** (i + self._lo) / (self._gamma + 1.0)
 
     def stats(self) -> DistributionStats:
         self._flush()

@@ -280,3 +280,21 @@ def _check_against_oracle(steps: list[tuple[int, int, int, int]]) -> None:
     if want:
         assert (itl.min, itl.max) == (want[0], want[-1])
         assert itl.median == pytest.approx(want[nearest_rank(len(want), 50.0)], rel=2e-3)
+
+
+def test_sketch_quantile_is_the_bucket_representative_even_beyond_min_and_max() -> None:
+    """Gaps that all fall in one bucket: every quantile is that bucket's representative, which
+    may lie above the largest or below the smallest sample (the reference's sketch does not
+    clamp it; a one-request vLLM replay, 1536-token prompt, 30 tokens, block 64, reports
+    median ITL 5.818253245... below its min 5.819112...)."""
+    s = LogSketch()
+    gamma = (1 + 0.001) / (1 - 0.001)
+    values = [5.8191124, 5.8198, 5.8205526]
+    s.add_many(np.array(values))
+    st_ = s.stats()
+    i = math.ceil(math.log(values[0]) / math.log(gamma))
+    assert all(math.ceil(math.log(v) / math.log(gamma)) == i for v in values)
+    rep = 2.0 * gamma ** i / (gamma + 1.0)
+    assert rep < st_.min
+    assert st_.median == pytest.approx(rep, rel=1e-12) and st_.p99 == pytest.approx(rep, rel=1e-12)
+    assert st_.median == pytest.approx(5.818253245173, rel=1e-9)
