@@ -24,8 +24,11 @@ Blocks of *generated* tokens enter the cache, when their owner frees them, under
 tokens, which nobody can hit, but which take LRU slots and so shape later evictions.
 
 Events: when ``record`` is on, cache insertions and evictions are appended, in order, to
-``events`` (a stored hash ``h`` as ``h``, a removed one as ``~h``, which is negative); the owner
-drains them with :func:`dmocker.engines.common.kv_events` at its visibility point.
+``events`` as chunks, one per call that changed the cache: ``(True, hashes)`` stored by a
+promote, ``(False, hashes)`` evicted by a take (prompt hashes only, never empty).  The owner
+drains them and :func:`dmocker.engines.common.kv_events` merges neighbouring chunks of one kind
+into KV events at its visibility point: a chunk is the tuple the event carries, so no hash is
+touched one by one on the way (a Mooncake replay records millions of changes).
 
 Representation (why it is shaped like this)
 -------------------------------------------
@@ -74,16 +77,20 @@ include the block position and generated ids are a range.
 from __future__ import annotations
 
 from itertools import repeat
-from typing import Sequence
+from typing import Sequence, TypeAlias
 
 from dmocker.engines.hashing import HASH_BITS
 
-__all__ = ["BlockPool", "PRIVATE_HASH_BASE", "generated_block_ids"]
+__all__ = ["BlockPool", "KvChunk", "PRIVATE_HASH_BASE", "generated_block_ids"]
 
 # Ids of blocks holding generated tokens live above every (59-bit) content hash, so they can
 # never collide with (or be matched as) a prompt block; they produce no KV events.  Request
 # ids below 2**35 keep them under 2**60: two-digit ints, as cheap to hash as prompt hashes.
 PRIVATE_HASH_BASE = 1 << HASH_BITS
+_IS_PROMPT = PRIVATE_HASH_BASE.__gt__  # h < PRIVATE_HASH_BASE: a prompt block's hash
+
+#: One recorded cache change: (True, hashes stored) or (False, hashes evicted), in order.
+KvChunk: TypeAlias = tuple[bool, tuple[int, ...]]
 
 
 def generated_block_ids(request_id: int, first: int, stop: int) -> list[int]:
@@ -136,7 +143,7 @@ class BlockPool:
         self.listed = 0  # runs in the LRU list (its entries that are not None)
         self.num_inactive = 0  # blocks in inactive runs
         self.record = record
-        self.events: list[int] = []
+        self.events: list[KvChunk] = []  # (stored?, hashes) per change, in order
 
     # --- queries -------------------------------------------------------------------------------
 
@@ -297,7 +304,9 @@ class BlockPool:
             return False
         evicted = self._evict(n - free)
         if self.record:
-            self.events.extend([~h for h in evicted if h < PRIVATE_HASH_BASE])
+            gone = tuple(filter(_IS_PROMPT, evicted))  # generated blocks produce no events
+            if gone:
+                self.events.append((False, gone))
         self.free = 0
         return True
 
@@ -393,7 +402,7 @@ class BlockPool:
         if new:
             run.keys = new[:]
             if self.record and new[0] < PRIVATE_HASH_BASE:
-                self.events.extend(new)
+                self.events.append((True, tuple(new)))
         return new
 
     def release(self, hashes: Sequence[int]) -> None:
@@ -431,7 +440,7 @@ class BlockPool:
             assert run is not None
             run.stamp = i
 
-    def drain_events(self) -> list[int]:
+    def drain_events(self) -> list[KvChunk]:
         events = self.events
         if events:
             self.events = []

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections import deque
-from itertools import compress, count, islice, repeat
-from operator import gt, invert, le
+from itertools import chain
 from typing import Hashable, Iterable, Protocol, Sequence, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
+from dmocker.engines.block_pool import KvChunk
 from dmocker.engines.interface import KvEvent, KvRemoved, KvStored
 
 __all__ = ["kv_events", "ceil_div", "remove_pending", "cut_point", "blocks_freed"]
@@ -19,39 +19,31 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def kv_events(encoded: Sequence[int]) -> tuple[KvEvent, ...]:
-    """Group an ordered list of encoded cache changes (``h`` stored, ``~h`` removed) into runs of
-    KvStored / KvRemoved, keeping their order (a hash evicted then re-stored stays present).
+def kv_events(chunks: Sequence[KvChunk]) -> tuple[KvEvent, ...]:
+    """Turn a pool's drained cache changes (:attr:`BlockPool.events
+    <dmocker.engines.block_pool.BlockPool.events>`: ``(stored?, hashes)`` chunks, in order) into
+    KV events: neighbouring chunks of one kind merge into one KvStored / KvRemoved, and the
+    order is kept (a hash evicted then stored again stays present).
 
-    Per block in C, not in Python: a pass of a 12k-token prompt stores ~750 blocks at once.  Each
-    run's end is found by one C-level scan (``compress`` over the sign test ``0 > e`` or
-    ``0 <= e`` yields the first element of the other kind), so a list costs a few calls per run
-    and stored hashes are sliced, never rebuilt; most lists are one run (all stored or all
-    removed, told by one ``min`` or ``max``) or two (vLLM's evictions, then the blocks stored in
-    their place)."""
-    n = len(encoded)
-    if not n:
-        return ()
-    # One kind only (SGLang's lists, vLLM's without evictions): ``min`` / ``max`` tell fastest.
-    if encoded[0] >= 0:
-        if min(encoded) >= 0:
-            return (KvStored(tuple(encoded)),)
-    elif encoded[-1] < 0 and max(encoded) < 0:
-        return (KvRemoved(tuple(map(invert, encoded))),)
+    A chunk's tuple is the event's own when it stands alone (the usual case: a pass stores one
+    chunk, or evicts one and stores another), so a hash is never handled on its own: a pass of
+    a 12k-token prompt stores ~750 blocks at once."""
+    n = len(chunks)
+    if n == 1:
+        stored, hashes = chunks[0]
+        return (KvStored(hashes) if stored else KvRemoved(hashes),)
     out: list[KvEvent] = []
-    start = 0
-    while start < n:
-        if encoded[start] >= 0:
-            stop = next(compress(count(start), map(gt, _ZEROS, islice(encoded, start, None))), n)
-            out.append(KvStored(tuple(encoded[start:stop])))
-        else:
-            stop = next(compress(count(start), map(le, _ZEROS, islice(encoded, start, None))), n)
-            out.append(KvRemoved(tuple(map(invert, encoded[start:stop]))))
-        start = stop
+    i = 0
+    while i < n:
+        stored, hashes = chunks[i]
+        j = i + 1
+        while j < n and chunks[j][0] == stored:
+            j += 1
+        if j > i + 1:
+            hashes = tuple(chain.from_iterable(c[1] for c in chunks[i:j]))
+        out.append(KvStored(hashes) if stored else KvRemoved(hashes))
+        i = j
     return tuple(out)
-
-
-_ZEROS = repeat(0)  # map(gt, _ZEROS, xs): 0 > x, i.e. x encodes a removal (endless, never exhausted)
 
 
 class _Handed(Protocol):

@@ -128,6 +128,9 @@ class SglangWorker(SglDecodePath, HandoffWorkerBase[_SReq]):
     def _mark_reserved(self, head: _SReq, n_blocks: int) -> None:
         head.npages = n_blocks
         head.status = _St.RESERVED
+        # the locked prefix is in the radix tree already: publishing at materialization starts
+        # past it (promoting it again would only find every page a duplicate, one by one)
+        head.pub = len(head.cached)
 
     # --- protocol surface ----------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""``dmocker.engines.common.kv_events`` (C-level grouping) against a plain per-element twin."""
+"""``dmocker.engines.common.kv_events`` (chunk merging) against a plain per-element twin."""
 
 from __future__ import annotations
 
@@ -29,15 +29,29 @@ def _plain(encoded: list[int]) -> tuple[KvEvent, ...]:
 _HASH = st.integers(0, (1 << HASH_BITS) - 1)
 
 
+def _chunks(changes: list[tuple[bool, int]], cuts: list[bool]) -> list[tuple[bool, tuple[int, ...]]]:
+    """The changes as a pool records them: consecutive changes of one kind in one chunk, cut
+    before change i where ``cuts[i]`` (several calls of one kind in a row)."""
+    out: list[tuple[bool, tuple[int, ...]]] = []
+    for i, (stored, h) in enumerate(changes):
+        if out and out[-1][0] == stored and not (i < len(cuts) and cuts[i]):
+            out[-1] = (stored, out[-1][1] + (h,))
+        else:
+            out.append((stored, (h,)))
+    return out
+
+
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.booleans(), _HASH), max_size=60))
-def test_grouping_matches_the_plain_loop(changes: list[tuple[bool, int]]) -> None:
+@given(st.lists(st.tuples(st.booleans(), _HASH), max_size=60), st.lists(st.booleans(), max_size=60))
+def test_grouping_matches_the_plain_loop(changes: list[tuple[bool, int]], cuts: list[bool]) -> None:
     encoded = [h if stored else ~h for stored, h in changes]
-    assert kv_events(encoded) == _plain(encoded)
+    assert kv_events(_chunks(changes, cuts)) == _plain(encoded)
 
 
-def test_single_kind_lists_are_one_event() -> None:
-    assert kv_events([3, 1, 2]) == (KvStored((3, 1, 2)),)
-    assert kv_events([~3, ~0]) == (KvRemoved((3, 0)),)
+def test_neighbouring_chunks_of_one_kind_are_one_event() -> None:
+    assert kv_events([(True, (3, 1)), (True, (2,))]) == (KvStored((3, 1, 2)),)
+    assert kv_events([(False, (3, 0))]) == (KvRemoved((3, 0)),)
     assert kv_events([]) == ()
-    assert kv_events([5, ~5, 5]) == (KvStored((5,)), KvRemoved((5,)), KvStored((5,)))
+    assert kv_events([(True, (5,)), (False, (5,)), (True, (5,))]) == (
+        KvStored((5,)), KvRemoved((5,)), KvStored((5,)))
+    assert kv_events([(False, (1, 2)), (False, (3,)), (True, (4,))]) == (KvRemoved((1, 2, 3)), KvStored((4,)))
