@@ -88,7 +88,6 @@ class SglangWorker(SglDecodePath, HandoffWorkerBase[_SReq]):
         self._pending_status = _St.REMOTE_PENDING
         self._caching = args.enable_prefix_caching
         self._record = record_kv_events and args.enable_prefix_caching
-        self._prefill_worker = args.worker_type is WorkerType.PREFILL
         self.pool = BlockPool(args.num_gpu_blocks, record=self._record)
         self._total_tokens = args.total_kv_tokens
         self._timing = PassTiming(args)
@@ -129,6 +128,9 @@ class SglangWorker(SglDecodePath, HandoffWorkerBase[_SReq]):
     def _mark_reserved(self, head: _SReq, n_blocks: int) -> None:
         head.npages = n_blocks
         head.status = _St.RESERVED
+        # the locked prefix is in the radix tree already: publishing at materialization starts
+        # past it (promoting it again would only find every page a duplicate, one by one)
+        head.pub = len(head.cached)
 
     # --- protocol surface ----------------------------------------------------------------------
 
@@ -206,10 +208,10 @@ class SglangWorker(SglDecodePath, HandoffWorkerBase[_SReq]):
         emitted_arr: I64 | None = None
         if can_run:
             decode_ms, retracted = self._decode_step(newly, emitted, finished)
-            if self._prefill_worker:
-                # Dynamo 1.6.1 charges a prefill worker's extend pass its prefill time only (a
-                # newer mocker revision adds one decode step); replays match 1.6.1 this way.
-                decode_ms = 0.0
+            # Dynamo 1.6.1 charges an extend pass its prefill time only, on every worker (a
+            # newer mocker revision adds one decode step): on a decode worker, the re-extend
+            # of retracted requests takes no time.  Replays match 1.6.1 this way.
+            decode_ms = 0.0
             self._running.extend(newly)  # completed and retracted ones were removed
         else:
             fast = self._decode_running_vec(finished)
@@ -374,12 +376,18 @@ class SglangWorker(SglDecodePath, HandoffWorkerBase[_SReq]):
             return sum(1 for r in batch if r.seq + 1 > r.npages * page)
 
         need = growth()
+        victims: list[_SReq] = []
         while pool.available < need and len(batch) > 1:
             victim = min(batch, key=lambda q: q.seq - q.prompt)
             batch.remove(victim)
             self._retract(victim)
+            victims.append(victim)
             retracted = True
             need = growth()
+        if victims:
+            # back to the front of the queue in retraction order (the first retracted first),
+            # as SGLang's scheduler re-queues a step's retracted list
+            self._waiting.extendleft(reversed(victims))
         if pool.available < need:
             return 0.0, retracted  # cannot decode at all (single request too large)
         total_context = 0
@@ -411,7 +419,6 @@ class SglangWorker(SglDecodePath, HandoffWorkerBase[_SReq]):
         r.materialized = 0
         r.cached_tokens = 0
         r.status = _St.WAITING
-        self._waiting.appendleft(r)
         self.retractions += 1
 
     def _complete(self, r: _SReq) -> None:

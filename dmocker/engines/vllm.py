@@ -94,6 +94,8 @@ class VllmWorker(LockstepDecode):
         self._gen = 0  # capacity generation (destination retry gating)
         self._live: dict[int, VllmRequest] = {}  # every request id this worker knows
         self._waiting: deque[VllmRequest] = deque()
+        self._reserved_seq = 0  # destinations reserved so far (their waiting-queue order)
+        self._preempted_seq = 0  # minus the preemptions so far (they queue in front)
         self._run: dict[int, VllmRequest] = {}  # running, in running order
         # lockstep state
         self._lock = False
@@ -133,6 +135,8 @@ class VllmWorker(LockstepDecode):
     def _mark_reserved(self, head: VllmRequest, n_blocks: int) -> None:
         head.nblocks = n_blocks
         head.status = VllmStatus.RESERVED
+        self._reserved_seq += 1
+        head.qseq = self._reserved_seq
 
     def _reservation_gate(self, head: VllmRequest) -> bool:
         return len(self._run) < self.args.max_num_seqs
@@ -165,7 +169,17 @@ class VllmWorker(LockstepDecode):
         r.computed = r.prompt
         r.seq = r.prompt
         r.status = VllmStatus.WAITING
-        self._waiting.append(r)
+        # Dynamo 1.6.1 queues a destination for decoding in reservation order, not activation
+        # order: one reserved earlier but activated (transferred) later goes ahead of the
+        # activated ones reserved after it.
+        waiting = self._waiting
+        i = len(waiting)
+        while i and waiting[i - 1].qseq > r.qseq:
+            i -= 1
+        if i == len(waiting):
+            waiting.append(r)
+        else:
+            waiting.insert(i, r)
 
     # --- passes --------------------------------------------------------------------------------
 
@@ -491,6 +505,8 @@ class VllmWorker(LockstepDecode):
         self._free_kv(victim)
         victim.computed = 0
         victim.status = VllmStatus.PREEMPTED
+        self._preempted_seq -= 1
+        victim.qseq = self._preempted_seq
         self._waiting.appendleft(victim)
         self.preemptions += 1
         self._gen += 1

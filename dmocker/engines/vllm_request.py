@@ -44,7 +44,7 @@ class VllmRequest:
     """
 
     __slots__ = ("rid", "handoff", "prompt", "maxout", "limit", "hashes", "computed", "seq",
-                 "nblocks", "cached", "status", "source", "dest", "off", "bkt", "kf")
+                 "nblocks", "cached", "status", "source", "dest", "off", "bkt", "kf", "qseq")
 
     def __init__(self, req: EngineRequest, maxout: int, handoff: Hashable, status: VllmStatus,
                  max_model_len: int | None) -> None:
@@ -65,3 +65,6 @@ class VllmRequest:
         self.off = 0
         self.bkt = 0
         self.kf = 0
+        # place in the waiting queue: a destination's reservation number, a preempted
+        # request's (decreasing) negative one; the queue stays sorted by it
+        self.qseq = 0

@@ -256,8 +256,9 @@ class LogSketch:
         cum = np.cumsum(self._counts)
         i = int(np.searchsorted(cum, rank, side="right"))
         i = min(i, self._counts.shape[0] - 1)
-        value = 2.0 * self._gamma ** (i + self._lo) / (self._gamma + 1.0)
-        return min(max(value, self.min), self.max)
+        # the bucket's representative as is, even when it lies outside [min, max] (a bucket
+        # holding the extreme values): the reference's sketch does not clamp it either
+        return 2.0 * self._gamma ** (i + self._lo) / (self._gamma + 1.0)
 
     def stats(self) -> DistributionStats:
         self._flush()
@@ -462,7 +463,11 @@ class Collector:
         """A request entered the decode batch of worker ``source``: watch it until its second
         token.  Only ``source``'s passes (``on_tokens(..., source)``) look at it, so a request
         must be admitted again by any other worker before that worker emits it (it is: every
-        decode batch entry is an admission)."""
+        decode batch entry is an admission).  A re-admission (after a preemption) of a request
+        that already has its second token is not watched: its first and second token times
+        stay those of the tokens it streamed first."""
+        if self._tokens_a[request_id] >= 2:
+            return
         at = self._young_at
         old = at.get(request_id)
         if old is not None and old != source:

@@ -178,6 +178,37 @@ def test_retraction_takes_fewest_outputs() -> None:
     assert d.is_drained()
 
 
+def test_requests_retracted_in_one_step_requeue_in_retraction_order() -> None:
+    """Three one-page requests fill a three-page pool; the next step needs a page each, so two
+    are retracted (fewest outputs, then batch order: 0, then 1).  They go back to the front of
+    the queue in that order, as SGLang re-queues a step's retracted list."""
+    d = worker(WorkerType.DECODE, num_gpu_blocks=3, max_num_seqs=4)
+    for rid in range(3):
+        d.reserve_destination(f"h{rid}", req(rid, [rid * 100 + j for j in range(4)], out=5))
+        d.activate_destination(f"h{rid}")
+    plan = d.start_pass(0.0)
+    assert plan is not None
+    c = d.finish_pass()
+    assert c.emitted.tolist() == [2] and d.retractions == 2
+    assert [r.rid for r in d._waiting] == [0, 1]
+    d.check_invariants()
+
+
+def test_extend_pass_on_a_decode_worker_takes_no_time() -> None:
+    """An extend pass is charged its prefill time only (Dynamo 1.6.1), and a decode worker's
+    prefill time is 0: re-extending a retracted request on a decode worker emits its token at
+    the pass start; the following decode pass takes time."""
+    d = worker(WorkerType.DECODE, speedup_ratio=1.0, decode_speedup_ratio=1.0)
+    d.submit(req(0, list(range(8)), out=3))
+    plan = d.start_pass(5.0)
+    assert plan is not None
+    c = d.finish_pass()
+    assert c.emitted.tolist() == [0] and plan.end_ms == c.end_ms == 5.0
+    plan = d.start_pass(5.0)
+    assert plan is not None and plan.end_ms > 5.0
+    d.finish_pass()
+
+
 workload = st.lists(
     st.tuples(st.floats(0, 50), st.integers(0, 3), st.integers(1, 30), st.integers(0, 12)),
     min_size=1, max_size=12,

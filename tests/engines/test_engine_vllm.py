@@ -303,3 +303,18 @@ def test_bulk_run_block_demand_closed_form(bcount: list[int], k: int, joiner_pro
     rot = after[k % bs:] + after[: k % bs]
     demand = (list(accumulate(rot, initial=0)), rot[0] - bcount[k % bs])
     assert [_blocks_through(demand, j) for j in range(n_pass + 1)] == list(accumulate(per_pass, initial=0))
+
+
+def test_destinations_queue_in_reservation_order() -> None:
+    """Activated destinations wait for a decode slot in the order they were reserved (Dynamo
+    1.6.1), not the order their transfers finished: B activated before A still runs after A."""
+    _, d = pair()
+    d.reserve_destination("a", req(0, list(range(8))))
+    d.reserve_destination("b", req(1, list(range(100, 108))))
+    d.activate_destination("b")
+    d.activate_destination("a")
+    plan = d.start_pass(0.0)
+    assert plan is not None
+    assert [a.request_id for a in plan.admissions] == [0, 1]
+    d.finish_pass()
+    d.check_invariants()
