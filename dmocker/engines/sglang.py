@@ -24,7 +24,11 @@ to the digit).  One pass:
 A request's prompt pages enter the radix tree (Stored, visible at pass end or in the command's
 effects) between chunks and when it finishes or its held source is released, not at
 allocation: a request cannot hit the pages of one still being prefilled or held (1.6.1).
-Activation at a destination publishes its unpublished complete pages (Stored).
+Activation at a destination publishes its unpublished complete pages (Stored); a page the tree
+already holds (a request of the same prefix activated or finished since the reservation) is a
+duplicate: the request locks the tree's copy and frees its own, and capacity freed that way bumps
+the capacity generation so the pending reservation is retried (``ai-dynamo/aisimulate``
+``crates/core/src/engine/kv_manager/sglang_backend.rs``, ``activate_destination_lease``).
 
 Hot path: decode-only passes and bulk decode runs are event-driven
 (:mod:`dmocker.engines.sglang_decode`): the running batch advances a pass counter and touches
@@ -156,8 +160,13 @@ class SglangWorker(SglDecodePath, HandoffWorkerBase[_SReq]):
     # --- commands: destination side ------------------------------------------------------------
 
     def _materialize_destination(self, r: _SReq) -> None:
-        # publish the unpublished complete prompt pages beyond the locked prefix
-        self._publish(r, r.prompt)
+        # publish the unpublished complete prompt pages beyond the locked prefix; a page the
+        # radix tree already holds is a duplicate: the tree's copy is locked, ours freed, and
+        # pages freed that way are new capacity for the pending reservations
+        free = self.pool.free
+        self._publish(r, r.prompt, canonical=True)
+        if self.pool.free > free:
+            self._gen += 1
         r.materialized = r.prompt
         r.seq = r.prompt
         r.status = _St.PREBUILT
@@ -434,7 +443,7 @@ class SglangWorker(SglDecodePath, HandoffWorkerBase[_SReq]):
             r.dest = False
         self._gen += 1
 
-    def _publish(self, r: _SReq, tokens: int) -> None:
+    def _publish(self, r: _SReq, tokens: int, canonical: bool = False) -> None:
         """Insert the complete prompt pages below ``tokens`` into the radix tree (Stored).
 
         SGLang (1.6.1) publishes a request's pages when it finishes or between prefill chunks,
@@ -446,8 +455,21 @@ class SglangWorker(SglDecodePath, HandoffWorkerBase[_SReq]):
             if self._caching:
                 lo = r.pub
                 held = not lo or (bool(r.cached) and r.cached[-1] == r.hashes[lo - 1])
-                r.cached.extend(self.pool.promote(r.hashes, lo, hi, held))
+                new = self.pool.promote(r.hashes, lo, hi, held)
+                if len(new) == hi - lo or not canonical:
+                    r.cached.extend(new)
+                else:
+                    self._adopt_duplicates(r, r.hashes[lo:hi], new)
             r.pub = hi
+
+    def _adopt_duplicates(self, r: _SReq, pages: tuple[int, ...] | list[int], new: list[int]) -> None:
+        """Pages of ``pages`` already in the radix tree: ``r`` frees its own copy and locks
+        the tree's page instead, so that it holds one chain in prefix order."""
+        inserted = set(new)
+        dups = [h for h in pages if h not in inserted]
+        self.pool.acquire(dups)
+        self.pool.give_back(len(dups))
+        r.cached.extend(pages)
 
     def _free_kv(self, r: _SReq, *, cache_generated: bool = True) -> None:
         if cache_generated and self._caching:
