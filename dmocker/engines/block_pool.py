@@ -91,7 +91,7 @@ include the block position and generated ids are a range.
 from __future__ import annotations
 
 from itertools import repeat
-from typing import Sequence, TypeAlias
+from typing import Iterator, Sequence, TypeAlias
 
 from dmocker.engines.hashing import HASH_BITS
 
@@ -188,19 +188,9 @@ class BlockPool:
     def refs_of(self, hashes: Sequence[int]) -> list[int]:
         """The reference count of each hash of a list the caller holds (all cached, a list it
         could :meth:`release`), in order."""
-        starts = self.starts
-        hs = hashes if isinstance(hashes, list) else list(hashes)
-        n = len(hs)
         out: list[int] = []
-        i = 0
-        while i < n:
-            run = starts[hs[i]]
-            keys = run.keys
-            m = len(keys)
-            if i + m > n or hs[i:i + m] != keys:
-                m = _common(hs, i, keys, 0, min(m, n - i))
+        for run, m in self._stretches(hashes):
             out += repeat(run.refs, m)
-            i += m
         return out
 
     def inactive_order(self) -> list[int]:
@@ -246,23 +236,24 @@ class BlockPool:
         """The runs covering ``hashes`` (all cached; a list the caller holds or a cached chain
         prefix), split so that each is a stretch of the list: the list is their concatenation.
         Each stretch starts a run (the module docstring says why; a KeyError otherwise)."""
+        return [run if m == len(run.keys) else self._carve(run, m) for run, m in self._stretches(hashes)]
+
+    def _stretches(self, hashes: Sequence[int]) -> Iterator[tuple[_Run, int]]:
+        """The list (all cached) as stretches, in order: each is the first ``m`` blocks of a
+        run its first hash starts (a KeyError otherwise).  A caller may split the run it was
+        just given before asking for the next stretch."""
         starts = self.starts
         hs = hashes if isinstance(hashes, list) else list(hashes)
         n = len(hs)
-        out: list[_Run] = []
         i = 0
         while i < n:
             run = starts[hs[i]]
             keys = run.keys
-            L = len(keys)
-            if hs[i:i + L] == keys:
-                out.append(run)
-                i += L
-                continue
-            m = _common(hs, i, keys, 0, min(L, n - i))
-            out.append(self._carve(run, m))
+            m = len(keys)
+            if i + m > n or hs[i:i + m] != keys:
+                m = _common(hs, i, keys, 0, min(m, n - i))
+            yield run, m
             i += m
-        return out
 
     def _carve(self, run: _Run, m: int) -> _Run:
         """Split ``run`` after its first ``m`` blocks: ``run`` keeps them (and its start, so no
@@ -466,16 +457,8 @@ class BlockPool:
         new: list[int] = []
         i = 0
         while i < n:
-            h = hs[i]
-            if run is not None and p + 1 < len(run.keys) and run.keys[p + 1] == h:
-                m = _common(hs, i, run.keys, p + 1, min(len(run.keys) - p - 1, n - i))
-                p += m
-                i += m
-                continue
-            run = starts.get(h)
-            if run is not None:
-                m = _common(hs, i, run.keys, 0, min(len(run.keys), n - i))
-                p = m - 1
+            run, p, m = self._step(hs, i, n, run, p)
+            if m:  # cached: a duplicate stretch
                 i += m
                 continue
             j = i + 1
@@ -483,7 +466,7 @@ class BlockPool:
                 j += 1
             keys = hs[i:j]
             new += keys
-            starts[h] = _Run(keys, 1)  # (h is no run's start: it was not cached)
+            starts[hs[i]] = _Run(keys, 1)  # (it was no run's start: it was not cached)
             i = j
         self.num_cached += len(new)
         if new and self.record and new[0] < PRIVATE_HASH_BASE:
@@ -492,25 +475,28 @@ class BlockPool:
 
     def _locate(self, chain: Sequence[int], lo: int) -> tuple[_Run | None, int]:
         """Where ``chain[lo - 1]`` is cached: (its run, its index there), or (None, 0)."""
-        starts = self.starts
         hs = chain if isinstance(chain, list) else list(chain[:lo])
         run: _Run | None = None
         p = 0
         i = 0
         while i < lo:
-            h = hs[i]
-            if run is not None and p + 1 < len(run.keys) and run.keys[p + 1] == h:
-                m = _common(hs, i, run.keys, p + 1, min(len(run.keys) - p - 1, lo - i))
-                p += m
-            else:
-                run = starts.get(h)
-                if run is None:
-                    i += 1
-                    continue
-                m = _common(hs, i, run.keys, 0, min(len(run.keys), lo - i))
-                p = m - 1
-            i += m
+            run, p, m = self._step(hs, i, lo, run, p)
+            i += m or 1
         return (run, p) if run is not None and run.keys[p] == hs[lo - 1] else (None, 0)
+
+    def _step(self, hs: list[int], i: int, n: int, run: _Run | None, p: int) -> tuple[_Run | None, int, int]:
+        """One stretch of a walk along a chain, at ``hs[i]``, given that ``hs[i - 1]`` is cached
+        at ``run.keys[p]`` (``run`` None: not cached): ``(run, p, m)`` with the stretch's
+        ``m`` blocks cached and its last at ``run.keys[p]``, or ``(None, 0, 0)`` if ``hs[i]``
+        is not cached.  A cached block continues the run of the one before it or starts one."""
+        if run is not None and p + 1 < len(run.keys) and run.keys[p + 1] == hs[i]:
+            m = _common(hs, i, run.keys, p + 1, min(len(run.keys) - p - 1, n - i))
+            return run, p + m, m
+        found = self.starts.get(hs[i])
+        if found is None:
+            return None, 0, 0
+        m = _common(hs, i, found.keys, 0, min(len(found.keys), n - i))
+        return found, m - 1, m
 
     def release(self, hashes: Sequence[int]) -> None:
         """Drop one reference on each hash, leaves first, so that children become older LRU
