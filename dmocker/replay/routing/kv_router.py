@@ -182,22 +182,15 @@ class KvRouter(BaseRouter):
         isl = request.input_length
         ptoks = self._prefill_tokens
         nreq = self._requests
-        credit = self._credit
-        scale = self._scale
-        weight = self._request_weight
-        decay = self._decay
-        floor = 0
-        request_blocks = 1
-        if decay > 0.0:
-            floor = min([ptoks[w] for w in workers])
-            request_blocks = max(1, -(-isl // bs))
+        floor = min([ptoks[w] for w in workers]) if self._decay > 0.0 else 0
+        request_blocks = max(1, -(-isl // bs))
+        prefill_cost = self._prefill_cost
         rng = self._rng
         best = workers[0]
         best_ov = 0
         best_cost = math.inf
         ties = 0
         for w in workers:
-            raw = (ptoks[w] + isl) / bs
             ov = 0
             held = holdings.get(w)
             if held is not None and first in held:
@@ -205,15 +198,7 @@ class KvRouter(BaseRouter):
                     if h not in held:
                         break
                     ov += 1
-                factor = 1.0
-                if decay > 0.0:
-                    factor = 1.0 / (1.0 + decay * ((ptoks[w] - floor) / bs) / request_blocks)
-                raw -= credit * factor * ov
-                if raw < 0.0:
-                    raw = 0.0
-            cost = scale * raw
-            if weight:
-                cost += weight * nreq[w]
+            cost = prefill_cost(ptoks[w], isl, ov, floor, request_blocks, nreq[w])
             if cost < best_cost:
                 best, best_ov, best_cost, ties = w, ov, cost, 1
             elif cost == best_cost:
@@ -237,15 +222,13 @@ class KvRouter(BaseRouter):
             return self._admit(request, {})  # raises the plain path's error
         blocks = self._blocks
         nreq = self._requests
-        weight = self._request_weight
+        decode_cost = self._decode_cost
         rng = self._rng
         best = workers[0]
         best_cost = math.inf
         ties = 0
         for w in workers:
-            cost = float(blocks[w])
-            if weight:
-                cost += weight * nreq[w]
+            cost = decode_cost(blocks[w], nreq[w])
             if cost < best_cost:
                 best, best_cost, ties = w, cost, 1
             elif cost == best_cost:
@@ -257,6 +240,38 @@ class KvRouter(BaseRouter):
         nreq[best] += 1
         self._active[request.request_id] = [best, 0, nblocks]
         return best  # overlap 0: overlap_tokens' default
+
+    # ------------------------------------------------------------------ cost
+
+    def _prefill_cost(self, tokens: int, isl: int, overlap: int, floor: int, request_blocks: int,
+                      requests: int) -> float:
+        """A prefill worker's cost (the one formula both paths use): ``prefill_load_scale x
+        max(0, blocks to prefill - overlap credit)`` plus the request weight, where the credit
+        of the ``overlap`` leading blocks it holds decays with its load above the least loaded
+        worker (``floor`` tokens in flight; ``request_blocks``: the prompt's blocks)."""
+        bs = self._bs
+        raw = (tokens + isl) / bs
+        if overlap:
+            factor = 1.0
+            decay = self._decay
+            if decay > 0.0:
+                factor = 1.0 / (1.0 + decay * ((tokens - floor) / bs) / request_blocks)
+            raw -= self._credit * factor * overlap
+            if raw < 0.0:
+                raw = 0.0
+        cost = self._scale * raw
+        weight = self._request_weight
+        if weight:
+            cost += weight * requests
+        return cost
+
+    def _decode_cost(self, blocks: int, requests: int) -> float:
+        """A decode worker's cost: its active blocks plus the request weight."""
+        cost = float(blocks)
+        weight = self._request_weight
+        if weight:
+            cost += weight * requests
+        return cost
 
     # ------------------------------------------------------------------ internals
 
@@ -291,30 +306,13 @@ class KvRouter(BaseRouter):
         prefill = self._prefill
         blocks = self._blocks
         nreq = self._requests
-        credit = self._credit
-        scale = self._scale
-        weight = self._request_weight
-        decay = self._decay
-        floor = min(ptoks[w] for w in workers) if (decay > 0.0 and prefill) else 0
+        floor = min(ptoks[w] for w in workers) if (self._decay > 0.0 and prefill) else 0
         request_blocks = max(1, -(-isl // bs))
-        costs: list[float] = []
-        for w in workers:
-            if prefill:
-                raw = (ptoks[w] + isl) / bs
-                ov = overlaps.get(w, 0)
-                if ov:
-                    factor = 1.0
-                    if decay > 0.0:
-                        factor = 1.0 / (1.0 + decay * ((ptoks[w] - floor) / bs) / request_blocks)
-                    raw -= credit * factor * ov
-                    if raw < 0.0:
-                        raw = 0.0
-                cost = scale * raw
-            else:
-                cost = float(blocks[w])
-            if weight:
-                cost += weight * nreq[w]
-            costs.append(cost)
+        if prefill:
+            costs = [self._prefill_cost(ptoks[w], isl, overlaps.get(w, 0), floor, request_blocks, nreq[w])
+                     for w in workers]
+        else:
+            costs = [self._decode_cost(blocks[w], nreq[w]) for w in workers]
         worker = workers[self._choose(costs)]
         ov = overlaps.get(worker, 0)
         cached = min(ov * bs, isl)
