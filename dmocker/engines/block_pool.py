@@ -95,7 +95,7 @@ from typing import Iterator, Sequence, TypeAlias
 
 from dmocker.engines.hashing import HASH_BITS
 
-__all__ = ["BlockPool", "KvChunk", "PRIVATE_HASH_BASE", "generated_block_ids"]
+__all__ = ["BlockPool", "KvChunk", "PRIVATE_HASH_BASE", "generated_block_ids", "holds_before"]
 
 # Ids of blocks holding generated tokens live above every (59-bit) content hash, so they can
 # never collide with (or be matched as) a prompt block; they produce no KV events.  Request
@@ -118,6 +118,12 @@ def generated_block_ids(request_id: int, first: int, stop: int) -> list[int]:
 
 
 _STAMP0 = 1 << 32  # LRU stamps start here, so the entries untake prepends keep stamps >= 0
+
+
+def holds_before(held: Sequence[int], chain: Sequence[int], lo: int) -> bool:
+    """Whether a caller holding the cached blocks ``held`` (in chain order) holds the block just
+    before ``chain[lo:]`` (or ``lo`` is 0): :meth:`BlockPool.promote`'s ``held``."""
+    return not lo or (bool(held) and held[-1] == chain[lo - 1])
 
 
 class _Run:

@@ -10,9 +10,9 @@ import numpy as np
 import numpy.typing as npt
 
 from dmocker.engines.block_pool import KvChunk
-from dmocker.engines.interface import KvEvent, KvRemoved, KvStored
+from dmocker.engines.interface import KvEvent, KvRemoved, KvStored, PassCompletion
 
-__all__ = ["kv_events", "ceil_div", "remove_pending", "cut_point", "blocks_freed"]
+__all__ = ["kv_events", "ceil_div", "remove_pending", "cut_point", "cut_completion", "blocks_freed"]
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -77,6 +77,18 @@ def cut_point(times: npt.NDArray[np.float64], now_ms: float, started: bool) -> i
     if ended and float(times[ended - 1]) == now_ms and not started:
         return ended
     return max(ended + 1, 1)
+
+
+def cut_completion(completion: PassCompletion | None, times: npt.NDArray[np.float64],
+                   keep: int) -> tuple[PassCompletion, npt.NDArray[np.float64], float]:
+    """A bulk run cut after its first ``keep`` passes (``keep`` >= 1; both engines): its
+    completion now ends with the last kept pass and carries the kept pass times (none for a
+    single pass).  Returns (completion, kept times, end)."""
+    assert completion is not None
+    kept = times[:keep]
+    end = float(kept[-1])
+    cut = PassCompletion(end_ms=end, emitted=completion.emitted, run_times=kept if keep >= 2 else None)
+    return cut, kept, end
 
 
 class _RefCounts(Protocol):

@@ -53,7 +53,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dmocker.handoff import SourceHeld
-from dmocker.engines.block_pool import BlockPool, generated_block_ids
+from dmocker.engines.block_pool import BlockPool, generated_block_ids, holds_before
 from dmocker.engines.common import ceil_div
 from dmocker.engines.handoff_base import HandoffWorkerBase
 from dmocker.engines.interface import (
@@ -454,7 +454,7 @@ class SglangWorker(SglDecodePath, HandoffWorkerBase[_SReq]):
         if hi > r.pub:
             if self._caching:
                 lo = r.pub
-                held = not lo or (bool(r.cached) and r.cached[-1] == r.hashes[lo - 1])
+                held = holds_before(r.cached, r.hashes, lo)
                 new = self.pool.promote(r.hashes, lo, hi, held)
                 if len(new) == hi - lo or not canonical:
                     r.cached.extend(new)

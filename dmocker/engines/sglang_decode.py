@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dmocker.engines.block_pool import BlockPool
-from dmocker.engines.common import blocks_freed, cut_point
+from dmocker.engines.common import blocks_freed, cut_completion, cut_point
 from dmocker.engines.interface import Admission, EngineArgs, PassCompletion, PassPlan, empty_ids
 from dmocker.engines.sglang_request import SglRequest, SglStatus
 from dmocker.engines.timing import PassTiming
@@ -386,11 +386,7 @@ class SglDecodePath:
         self.new_token_ratio = run.ratio
         self._decay_ratio(keep)
         self.vectorized_passes -= total - keep
-        kept = times[:keep]
-        end = float(kept[-1])
-        assert self._completion is not None
-        self._completion = PassCompletion(end_ms=end, emitted=self._completion.emitted,
-                                          run_times=kept if keep >= 2 else None)
+        self._completion, kept, end = cut_completion(self._completion, times, keep)
         if keep < 2:
             self._bulk = None
         else:

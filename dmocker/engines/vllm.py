@@ -40,7 +40,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dmocker.handoff import SourceHeld
-from dmocker.engines.block_pool import BlockPool, generated_block_ids
+from dmocker.engines.block_pool import BlockPool, generated_block_ids, holds_before
 from dmocker.engines.common import ceil_div
 from dmocker.engines.interface import (
     Admission,
@@ -488,7 +488,7 @@ class VllmWorker(LockstepDecode):
             lo = before // bs
             hi = min(actual // bs, len(r.hashes))
             if hi > lo:
-                held = not lo or (bool(r.cached) and r.cached[-1] == r.hashes[lo - 1])
+                held = holds_before(r.cached, r.hashes, lo)
                 r.cached.extend(pool.promote(r.hashes, lo, hi, held))
         prompt_tokens = min(actual, r.prompt) - prompt_before
         scheduled[r.rid] = (used, prompt_tokens, prompt_before)

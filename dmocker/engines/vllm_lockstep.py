@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from dmocker.engines.common import blocks_freed, ceil_div, cut_point
+from dmocker.engines.common import blocks_freed, ceil_div, cut_completion, cut_point
 from dmocker.engines.handoff_base import HandoffWorkerBase
 from dmocker.engines.interface import Admission, EngineArgs, PassCompletion, PassPlan, empty_ids
 from dmocker.engines.timing import PassTiming
@@ -399,11 +399,7 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
         evicted = self.pool.untake(free, evicted, blocks_through(demand, total), blocks_through(demand, keep))
         self._K = K + keep
         self.lockstep_passes -= total - keep
-        kept = times[:keep]
-        end = float(kept[-1])
-        assert self._completion is not None
-        self._completion = PassCompletion(end_ms=end, emitted=self._completion.emitted,
-                                          run_times=kept if keep >= 2 else None)
+        self._completion, kept, end = cut_completion(self._completion, times, keep)
         self._bulk = (start, kept, K, demand, free, evicted) if keep >= 2 else None
         return end, float(kept[-2]) if keep >= 2 else start
 

@@ -223,18 +223,7 @@ class KvRouter(BaseRouter):
         blocks = self._blocks
         nreq = self._requests
         decode_cost = self._decode_cost
-        rng = self._rng
-        best = workers[0]
-        best_cost = math.inf
-        ties = 0
-        for w in workers:
-            cost = decode_cost(blocks[w], nreq[w])
-            if cost < best_cost:
-                best, best_cost, ties = w, cost, 1
-            elif cost == best_cost:
-                ties += 1
-                if rng.randrange(ties) == 0:
-                    best = w
+        best = workers[self._choose([decode_cost(blocks[w], nreq[w]) for w in workers])]
         nblocks = request.input_length // self._bs
         blocks[best] += nblocks
         nreq[best] += 1
