@@ -55,7 +55,6 @@ import numpy.typing as npt
 from dmocker.handoff import SourceHeld
 from dmocker.engines.block_pool import BlockPool, generated_block_ids, holds_before
 from dmocker.engines.common import ceil_div
-from dmocker.engines.handoff_base import HandoffWorkerBase
 from dmocker.engines.interface import (
     Admission,
     EngineArgs,
@@ -76,7 +75,7 @@ __all__ = ["SglangWorker"]
 I64 = npt.NDArray[np.int64]
 
 
-class SglangWorker(SglDecodePath, HandoffWorkerBase[_SReq]):
+class SglangWorker(SglDecodePath):
     """One mock SGLang worker (see module docstring)."""
 
     def __init__(self, args: EngineArgs, worker_idx: int = 0, *, record_kv_events: bool = False,

@@ -28,12 +28,11 @@ counter advanced by many passes, so its start and its cut cost one step per requ
 from __future__ import annotations
 
 from collections import deque
-from typing import Hashable
 
 import numpy as np
 import numpy.typing as npt
 
-from dmocker.engines.block_pool import BlockPool
+from dmocker.engines.handoff_base import HandoffWorkerBase
 from dmocker.engines.common import blocks_freed, cut_completion, cut_point
 from dmocker.engines.interface import Admission, EngineArgs, PassCompletion, PassPlan, empty_ids
 from dmocker.engines.sglang_request import SglRequest, SglStatus
@@ -67,24 +66,21 @@ class _Run:
         self.evicted = evicted  # cached pages evicted for it, oldest first
 
 
-class SglDecodePath:
-    """Mixin of :class:`~dmocker.engines.sglang.SglangWorker`: the lazy running batch and bulk
+class SglDecodePath(HandoffWorkerBase[SglRequest]):
+    """Base of :class:`~dmocker.engines.sglang.SglangWorker`: the lazy running batch and bulk
     runs (module docstring).  The worker sets the attributes below and calls
     :meth:`_init_decode_path` in its ``__init__``."""
 
     args: EngineArgs
-    pool: BlockPool
     new_token_ratio: float
     _running: list[SglRequest]
     _prebuilt: deque[SglRequest]
-    _sources: dict[Hashable, SglRequest]
     _page: int
     _total_tokens: int
     _timing: PassTiming
     _allow_vec: bool
     _min_ratio: float
     _decay: float
-    _busy: bool
     _completion: PassCompletion | None
 
     def _init_decode_path(self) -> None:

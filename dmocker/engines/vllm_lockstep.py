@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from itertools import accumulate
-from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -73,18 +72,24 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
     bulk_joins: int
     bulk_tails: int
 
-    if TYPE_CHECKING:  # the worker's scheduler, which these paths fall back to
-        def _exact_pass(self, now_ms: float, k: int,
-                        resume: tuple[int, list[Admission], list[int]] | None = None) -> PassPlan | None: ...
+    # The worker's scheduler, which these paths fall back to (VllmWorker defines them).
 
-        def _begin(self, now_ms: float, end: float, admissions: list[Admission], rejected: list[int],
-                   emitted: I64, finished: I64, prefill_tokens: int, n_ready: int) -> PassPlan: ...
+    def _exact_pass(self, now_ms: float, k: int,
+                    resume: tuple[int, list[Admission], list[int]] | None = None) -> PassPlan | None:
+        raise NotImplementedError
 
-        def _next_waiting(self, prefer_materialized: bool) -> VllmRequest | None: ...
+    def _begin(self, now_ms: float, end: float, admissions: list[Admission], rejected: list[int],
+               emitted: I64, finished: I64, prefill_tokens: int, n_ready: int) -> PassPlan:
+        raise NotImplementedError
 
-        def _complete(self, r: VllmRequest) -> None: ...
+    def _next_waiting(self, prefer_materialized: bool) -> VllmRequest | None:
+        raise NotImplementedError
 
-        def _drop(self, r: VllmRequest) -> None: ...
+    def _complete(self, r: VllmRequest) -> None:
+        raise NotImplementedError
+
+    def _drop(self, r: VllmRequest) -> None:
+        raise NotImplementedError
 
     # --- lockstep pass -------------------------------------------------------------------------
 

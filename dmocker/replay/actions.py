@@ -1,4 +1,4 @@
-"""Execution of the handoff coordinator's actions against the engines (a mixin of the runtime).
+"""Execution of the handoff coordinator's actions against the engines (a layer of the runtime).
 
 Why apart from the drain loop: what each action does to a worker (route and apply, defer while
 the worker is mid-pass, park while its pool is empty, acknowledge with the spec's outcome) is
@@ -70,7 +70,7 @@ _ACQUIRE: Final = (
 
 
 class ActionExecution(RuntimeBase):
-    """The action executors of :class:`~dmocker.replay.runtime.DisaggRuntime` (a mixin)."""
+    """The action executors of :class:`~dmocker.replay.runtime.DisaggRuntime` (a layer)."""
 
     def _wake_deferred(self, stage: int, idx: int) -> None:
         queued = self._deferred[stage].pop(idx, None)

@@ -1,4 +1,4 @@
-"""Controls the planner and fault injection use on a running replay (a mixin of the runtime).
+"""Controls the planner and fault injection use on a running replay (a layer of the runtime).
 
 Why apart from the drain loop: a planner (dmocker.replay.planner) adds, drains and removes
 workers; fault injection (dmocker.replay.faults) crashes and restarts workers, delivers terminal
@@ -29,7 +29,7 @@ from .collector import TerminalStatus
 from .events import EventKind, ReplayInvariantError
 from .request_state import RequestState, Stage
 from .routing import Router
-from .runtime_base import RuntimeBase
+from .routing_hooks import RoutingHooks
 
 __all__ = ["ClusterControl", "INJECT_KINDS"]
 
@@ -48,8 +48,8 @@ _TIMER_CODE: Final = 99  # an INJECTED_FACT payload (_TIMER_CODE, timer id): a c
 _PASS: Final = int(EventKind.PASS_COMPLETION)
 
 
-class ClusterControl(RuntimeBase):
-    """Planner and fault controls of :class:`~dmocker.replay.runtime.DisaggRuntime` (a mixin)."""
+class ClusterControl(RoutingHooks):
+    """Planner and fault controls of :class:`~dmocker.replay.runtime.DisaggRuntime` (a layer)."""
 
     # ------------------------------------------------------------------ injected facts and timers
 

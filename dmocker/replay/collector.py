@@ -20,7 +20,6 @@ from __future__ import annotations
 import array
 import enum
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,7 +55,8 @@ def nearest_rank(n: int, p: float) -> int:
 
 _fmin = np.fmin.reduce
 _fmax = np.fmax.reduce
-_count: Callable[[npt.NDArray[np.bool_]], int] = np.count_nonzero  # without an axis: a Python int
+def _count(a: npt.NDArray[np.bool_]) -> int:
+    return int(np.count_nonzero(a))
 
 PERCENTILES = (("median", 50.0), ("p75", 75.0), ("p90", 90.0), ("p95", 95.0), ("p99", 99.0))
 

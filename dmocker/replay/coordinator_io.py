@@ -1,4 +1,4 @@
-"""A request at the coordinator boundary, and the outputs that follow (a mixin of the runtime).
+"""A request at the coordinator boundary, and the outputs that follow (a layer of the runtime).
 
 Why apart from the drain loop: each request's handoff coordinator is started at arrival, fed
 facts (engine lifecycle events, transfers, terminals) and action outcomes, and queues what it
@@ -28,7 +28,7 @@ from .events import ReplayInvariantError
 from .records import request_record
 from .report import stable_json_line
 from .request_state import Phase, RequestState
-from .runtime_base import RuntimeBase
+from .actions import ActionExecution
 from .workload import ReadyTurn, Turn
 
 __all__ = ["CoordinatorIO"]
@@ -43,8 +43,8 @@ _DEST_FIRST: Final = HandoffOrder.DESTINATION_FIRST
 _K_FAILED: Final = OutcomeKind.FAILED
 
 
-class CoordinatorIO(RuntimeBase):
-    """The coordinator boundary of :class:`~dmocker.replay.runtime.DisaggRuntime` (a mixin)."""
+class CoordinatorIO(ActionExecution):
+    """The coordinator boundary of :class:`~dmocker.replay.runtime.DisaggRuntime` (a layer)."""
 
     # ------------------------------------------------------------------ arrivals & retirement
 

@@ -1,4 +1,4 @@
-"""What the runtime tells the routers beyond "route this request" (a mixin of the runtime).
+"""What the runtime tells the routers beyond "route this request" (a layer of the runtime).
 
 Why apart: round robin needs none of it; the KV router (dmocker.replay.routing) and user
 routers learn of prefill completions, KV events, frees and topology changes, and may hold
@@ -17,7 +17,7 @@ from .collector import TerminalStatus
 from .request_state import RequestState, Stage
 from .routing import RouterError
 from .routing.protocol import Admission
-from .runtime_base import RuntimeBase
+from .coordinator_io import CoordinatorIO
 
 __all__ = ["RoutingHooks"]
 
@@ -28,8 +28,8 @@ _Req = RequestState
 _COMPLETED: Final = int(TerminalStatus.COMPLETED)
 
 
-class RoutingHooks(RuntimeBase):
-    """Routing signals of :class:`~dmocker.replay.runtime.DisaggRuntime` (a mixin)."""
+class RoutingHooks(CoordinatorIO):
+    """Routing signals of :class:`~dmocker.replay.runtime.DisaggRuntime` (a layer)."""
 
     def _release_routes(self, req: _Req) -> None:
         routed, req.routed = req.routed, 0

@@ -21,10 +21,13 @@ facts, arrivals, handoff actions, prefill passes, decode passes), looped to a fi
 work left and no future event the run stops with a :class:`DeadEndError` naming the requests.
 
 This module holds the clock, the drain loop and its phases, and the passes; the rest of
-:class:`DisaggRuntime` comes from mixins, one concern each, over the state declared in
+:class:`DisaggRuntime` comes from layers, one concern each, over the state declared in
 ``runtime_base``: ``actions`` (executing the coordinator's actions), ``coordinator_io``
 (arrivals, facts and outcomes, retirement, event log and records), ``routing_hooks`` (signals
 for routers other than round robin) and ``cluster_control`` (planner and fault controls).
+The layers form one chain of single inheritance (``RuntimeBase`` <- ``ActionExecution`` <-
+``CoordinatorIO`` <- ``RoutingHooks`` <- ``ClusterControl`` <- ``DisaggRuntime``) because
+mypyc compiles only single inheritance into native classes (``setup.py``).
 """
 
 from __future__ import annotations
@@ -49,10 +52,8 @@ from dmocker.engines.interface import (
     PassPlan,
 )
 
-from .actions import EXECUTORS, ActionExecution, executor_for
+from .actions import EXECUTORS, executor_for
 from .cluster_control import ClusterControl
-from .coordinator_io import CoordinatorIO
-from .routing_hooks import RoutingHooks
 from .collector import Collector, TerminalStatus
 from .events import DeadEndError, EventKind, EventQueue, ReplayInvariantError
 from .routing import RoundRobin, Router
@@ -116,7 +117,7 @@ class RuntimeResult:
     stale_transfers_pruned: int
 
 
-class DisaggRuntime(ActionExecution, CoordinatorIO, RoutingHooks, ClusterControl):
+class DisaggRuntime(ClusterControl):
     """Drives one replay; build it, call :meth:`run`, then read ``collector``."""
 
     def __init__(

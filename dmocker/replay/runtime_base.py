@@ -1,11 +1,13 @@
-"""The shape of the replay runtime's state, shared by the runtime and its mixins.
+"""The shape of the replay runtime's state, shared by the runtime and its layers.
 
 Why a separate class: :class:`~dmocker.replay.runtime.DisaggRuntime` is split by concern into
 the drain loop (``runtime``), action execution (``actions``), the coordinator boundary and its
 outputs (``coordinator_io``), routing signals (``routing_hooks``) and the planner and fault
 controls (``cluster_control``).  Each part reads state the others own; declaring that state
-once, here, lets every part be type-checked on its own without restating it.  Nothing here
-exists at run time: the attributes are set by ``DisaggRuntime.__init__``.
+once, here, lets every part be type-checked on its own without restating it, and gives mypyc
+the native class's attribute layout.  The attributes are set by ``DisaggRuntime.__init__``;
+the methods below are overridden by the layer that owns them (a call that reaches one here is
+a bug).
 """
 
 from __future__ import annotations
@@ -39,77 +41,114 @@ __all__ = ["RuntimeBase"]
 
 
 class RuntimeBase:
-    """Declarations only (see the module docstring); DisaggRuntime defines them all."""
+    """Declarations (see the module docstring); the layers above define them all."""
 
-    if TYPE_CHECKING:
-        now_ms: float
-        collector: Collector
-        _sampler: TimeSeriesRecorder | None
-        _make_coord: Callable[..., HandoffCoordinator]
-        _timers: dict[int, Callable[[], None]]
-        _pool_gone: list[bool]
-        _acquire_hooks: dict[int, Callable[[], bool]]
-        _timer_seq: int
-        _bulk: bool
-        _pools_started: bool
-        _run_push: dict[tuple[int, int], tuple[float, int, int]]
-        _admission: AdmissionQueue
-        _workers: tuple[list[EngineWorker], list[EngineWorker]]
-        _active: tuple[list[int], list[int]]
-        _serving: tuple[list[int], list[int]]
-        _routers: tuple[Router, Router]
-        _held: tuple[dict[int, Queued], dict[int, Queued]]
-        _route_signals: bool
-        _kv_feed: bool
-        _route_overlap: tuple[dict[int, int], dict[int, int]] | None
-        _pool_reuse: list[int]
-        _order: HandoffOrder
-        _block_size: int
-        _trace_block: int
-        _engine_name: str
-        _cap: float | None
-        _records: IO[str] | None
-        _events_out: IO[str] | None
-        _on_retired: Callable[[int], None] | None
-        _fallback: float
-        _events: EventQueue[tuple[int, int]]
-        _live: dict[int, RequestState]
-        _in_flight: int
-        _stale: int
-        _stale_pruned: int
-        _pending: deque[Queued]
-        _waiting: tuple[deque[Queued], deque[Queued]]
-        _deferred: tuple[dict[int, deque[Queued]], dict[int, deque[Queued]]]
-        _source_output_tokens: int
-        _dirty: tuple[list[bool], list[bool]]
-        _spec: ProtocolSpec
-        _event_log: EventLogWriter | None
-        _idle_events: int
-        _planner: PlannerLoop | None
-        _hash_cache: dict[int, tuple[int, ...]]
+    now_ms: float
+    collector: Collector
+    _sampler: TimeSeriesRecorder | None
+    _make_coord: Callable[..., HandoffCoordinator]
+    _timers: dict[int, Callable[[], None]]
+    _pool_gone: list[bool]
+    _acquire_hooks: dict[int, Callable[[], bool]]
+    _timer_seq: int
+    _bulk: bool
+    _pools_started: bool
+    _run_push: dict[tuple[int, int], tuple[float, int, int]]
+    _admission: AdmissionQueue
+    _workers: tuple[list[EngineWorker], list[EngineWorker]]
+    _active: tuple[list[int], list[int]]
+    _serving: tuple[list[int], list[int]]
+    _routers: tuple[Router, Router]
+    _held: tuple[dict[int, Queued], dict[int, Queued]]
+    _route_signals: bool
+    _kv_feed: bool
+    _route_overlap: tuple[dict[int, int], dict[int, int]] | None
+    _pool_reuse: list[int]
+    _order: HandoffOrder
+    _block_size: int
+    _trace_block: int
+    _engine_name: str
+    _cap: float | None
+    _records: IO[str] | None
+    _events_out: IO[str] | None
+    _on_retired: Callable[[int], None] | None
+    _fallback: float
+    _events: EventQueue[tuple[int, int]]
+    _live: dict[int, RequestState]
+    _in_flight: int
+    _stale: int
+    _stale_pruned: int
+    _pending: deque[Queued]
+    _waiting: tuple[deque[Queued], deque[Queued]]
+    _deferred: tuple[dict[int, deque[Queued]], dict[int, deque[Queued]]]
+    _source_output_tokens: int
+    _dirty: tuple[list[bool], list[bool]]
+    _spec: ProtocolSpec
+    _event_log: EventLogWriter | None
+    _idle_events: int
+    _planner: PlannerLoop | None
+    _hash_cache: dict[int, tuple[int, ...]]
 
-        # drain loop (runtime)
-        def _settle(self, stage: int, idx: int) -> None: ...
-        def _is_done(self) -> bool: ...
-        # action execution (actions)
-        def _wake_deferred(self, stage: int, idx: int) -> None: ...
-        def _remove_actions(self, req: RequestState) -> None: ...
-        def _dispatch(self, req: RequestState, issued: IssuedAction, stage: int, idx: int) -> bool: ...
-        # coordinator boundary (coordinator_io)
-        def _lifecycle(self, events: tuple[LifecycleEvent, ...]) -> None: ...
-        def _finish_logical(self, req: RequestState, *, remove_actions: bool) -> None: ...
-        def _retire(self, req: RequestState) -> None: ...
-        def _fact(self, req: RequestState, fact: Fact) -> None: ...
-        def _ack(self, req: RequestState, issued: IssuedAction, outcome: Outcome) -> None: ...
-        def _ack_ok(self, req: RequestState, issued: IssuedAction, kind: OutcomeKind,
-                    outcome: Outcome | None = None) -> None: ...
-        def _write_record(self, req: RequestState) -> None: ...
-        # routing signals (routing_hooks)
-        def _release_routes(self, req: RequestState) -> None: ...
-        def _free_route(self, stage: int, rid: int) -> None: ...
-        def _unhold(self, stage: int, req: RequestState) -> None: ...
-        def _route_retired(self, req: RequestState) -> None: ...
-        def route_topology_changed(self, stage: int, worker: int, *, added: bool) -> None: ...
-        # planner and fault controls (cluster_control)
-        def _acquire_fails(self, req: RequestState, issued: IssuedAction, stage: int) -> bool: ...
-        def _apply_injected(self) -> bool: ...
+    # drain loop (runtime)
+    def _settle(self, stage: int, idx: int) -> None:
+        raise NotImplementedError
+
+    def _is_done(self) -> bool:
+        raise NotImplementedError
+
+    # action execution (actions)
+    def _wake_deferred(self, stage: int, idx: int) -> None:
+        raise NotImplementedError
+
+    def _remove_actions(self, req: RequestState) -> None:
+        raise NotImplementedError
+
+    def _dispatch(self, req: RequestState, issued: IssuedAction, stage: int, idx: int) -> bool:
+        raise NotImplementedError
+
+    # coordinator boundary (coordinator_io)
+    def _lifecycle(self, events: tuple[LifecycleEvent, ...]) -> None:
+        raise NotImplementedError
+
+    def _finish_logical(self, req: RequestState, *, remove_actions: bool) -> None:
+        raise NotImplementedError
+
+    def _retire(self, req: RequestState) -> None:
+        raise NotImplementedError
+
+    def _fact(self, req: RequestState, fact: Fact) -> None:
+        raise NotImplementedError
+
+    def _ack(self, req: RequestState, issued: IssuedAction, outcome: Outcome) -> None:
+        raise NotImplementedError
+
+    def _ack_ok(self, req: RequestState, issued: IssuedAction, kind: OutcomeKind,
+                outcome: Outcome | None = None) -> None:
+        raise NotImplementedError
+
+    def _write_record(self, req: RequestState) -> None:
+        raise NotImplementedError
+
+    # routing signals (routing_hooks)
+    def _release_routes(self, req: RequestState) -> None:
+        raise NotImplementedError
+
+    def _free_route(self, stage: int, rid: int) -> None:
+        raise NotImplementedError
+
+    def _unhold(self, stage: int, req: RequestState) -> None:
+        raise NotImplementedError
+
+    def _route_retired(self, req: RequestState) -> None:
+        raise NotImplementedError
+
+    def route_topology_changed(self, stage: int, worker: int, *, added: bool) -> None:
+        raise NotImplementedError
+
+    # planner and fault controls (cluster_control)
+    def _acquire_fails(self, req: RequestState, issued: IssuedAction, stage: int) -> bool:
+        raise NotImplementedError
+
+    def _apply_injected(self) -> bool:
+        raise NotImplementedError
+

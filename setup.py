@@ -1,0 +1,52 @@
+"""Build dmocker with its replay core compiled by mypyc (pure Python with ``DMOCKER_PURE=1``).
+
+Why compiled: the replay's per-request path (runtime, engines, block pool, collector,
+coordinator) is plain typed Python; mypyc turns its classes into C structs and its calls into
+direct C calls, which is what lets the replay outrun the reference (``bench/replay_bench.py``).
+The compiled modules are the same source as the pure ones: ``tests/replay/test_compiled.py``
+replays workloads with both and compares the outputs byte for byte.
+
+``DMOCKER_PURE=1 pip install -e .`` skips compilation (for editing the compiled modules without
+rebuilding: an extension module shadows its ``.py`` file until the next install).
+"""
+
+from __future__ import annotations
+
+import os
+
+from setuptools import setup
+
+# The modules on the replay's per-request path; everything else stays interpreted.
+COMPILED = [
+    "dmocker/engines/block_pool.py",
+    "dmocker/engines/common.py",
+    "dmocker/engines/handoff_base.py",
+    "dmocker/engines/hashing.py",
+    "dmocker/engines/sglang.py",
+    "dmocker/engines/sglang_decode.py",
+    "dmocker/engines/sglang_request.py",
+    "dmocker/engines/timing.py",
+    "dmocker/engines/vllm.py",
+    "dmocker/engines/vllm_lockstep.py",
+    "dmocker/engines/vllm_request.py",
+    "dmocker/handoff/_table.py",
+    "dmocker/replay/actions.py",
+    "dmocker/replay/cluster_control.py",
+    "dmocker/replay/collector.py",
+    "dmocker/replay/coordinator_io.py",
+    "dmocker/replay/request_state.py",
+    "dmocker/replay/routing_hooks.py",
+    "dmocker/replay/runtime.py",
+    "dmocker/replay/runtime_base.py",
+]
+
+
+def _ext_modules() -> list[object]:
+    if os.environ.get("DMOCKER_PURE", "") not in ("", "0"):
+        return []
+    from mypyc.build import mypycify
+
+    return list(mypycify(COMPILED, opt_level="3", group_name="dmocker._native"))
+
+
+setup(ext_modules=_ext_modules())
