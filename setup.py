@@ -4,7 +4,7 @@ Why compiled: the replay's per-request path (runtime, engines, block pool, colle
 coordinator) is plain typed Python; mypyc turns its classes into C structs and its calls into
 direct C calls, which is what lets the replay outrun the reference (``bench/replay_bench.py``).
 The compiled modules are the same source as the pure ones: ``tests/replay/test_compiled.py``
-replays workloads with both and compares the outputs byte for byte.
+replays randomized workloads with both and compares the outputs byte for byte.
 
 ``DMOCKER_PURE=1 pip install -e .`` skips compilation (for editing the compiled modules without
 rebuilding: an extension module shadows its ``.py`` file until the next install).
@@ -49,4 +49,5 @@ def _ext_modules() -> list[object]:
     return list(mypycify(COMPILED, opt_level="3", group_name="dmocker._native"))
 
 
-setup(ext_modules=_ext_modules())
+if __name__ == "__main__":  # setuptools runs this file as __main__; tests read COMPILED only
+    setup(ext_modules=_ext_modules())

@@ -24,7 +24,9 @@ SPEC_FILES = ("handoff.json", "event-log.schema.json")
 
 
 def _pip(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1")
+    # DMOCKER_PURE: these tests are about the spec files a wheel carries, not about the compiled
+    # core (tests/replay/test_compiled.py); skipping mypyc saves two minutes of C compilation.
+    env = dict(os.environ, PIP_DISABLE_PIP_VERSION_CHECK="1", DMOCKER_PURE="1")
     env.pop("DMOCKER_SPEC", None)
     return subprocess.run([sys.executable, "-m", "pip", *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=600)
@@ -53,13 +55,13 @@ def _builds_without_isolation() -> bool:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``pip wheel --no-deps .`` of a copy of the checkout (pure Python)."""
+    """``pip wheel --no-deps .`` of a copy of the checkout (pure Python: ``DMOCKER_PURE``)."""
     work = tmp_path_factory.mktemp("build")
     src = work / "src"
     # a copy: building in place would leave build/ and *.egg-info in the checkout
     shutil.copytree(ROOT, src, symlinks=True, ignore=shutil.ignore_patterns(
         ".venv*", ".git", "build", "dist", "*.egg-info", "__pycache__", ".mypy_cache", ".pytest_cache",
-        ".hypothesis", "dmocker-counterexamples"))
+        ".hypothesis", "dmocker-counterexamples", "*.so"))
     out = work / "dist"
     if _builds_without_isolation():  # fast: this interpreter's setuptools
         run = _pip("wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), ".", cwd=src)

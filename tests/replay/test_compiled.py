@@ -1,0 +1,65 @@
+"""The compiled replay core (``setup.py``: mypyc) against its own source, interpreted.
+
+mypyc compiles the same ``.py`` files, but it changes how they run: attributes become C
+fields, annotations are enforced at run time, integer arithmetic is native.  So the compiled
+build is tested as a fast path against its plain twin: a seeded draw of small workloads over
+both engines, preemption and retraction, transfer delay, sessions, KV routing, bulk and
+per-pass decoding and injected faults is replayed by both, and the summaries, per-request
+records and event logs must be byte-identical.  The heavy workloads of ``bench/replay_bench.py``
+are checked the same way by their output md5s (``--outputs``).
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import shutil
+import subprocess
+import sys
+from importlib import import_module
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TWIN = Path(__file__).with_name("twin_runs.py")
+COMPILED: list[str] = runpy.run_path(str(ROOT / "setup.py"), run_name="setup_py")["COMPILED"]
+PURE_BUILD = os.environ.get("DMOCKER_PURE", "") not in ("", "0")
+
+
+def _module(path: str) -> str:
+    return path.removesuffix(".py").replace("/", ".")
+
+
+def test_the_listed_modules_are_compiled_unless_the_build_is_pure() -> None:
+    """A build that silently fell back to pure Python would be 2x slower and look fine."""
+    assert COMPILED, "setup.py compiles nothing"
+    for path in COMPILED:
+        origin = import_module(_module(path)).__file__ or ""
+        assert origin.endswith(".py") == PURE_BUILD, (path, origin, "DMOCKER_PURE" if PURE_BUILD else "compiled")
+
+
+def _replays(out: Path, pure_copy: Path | None) -> str:
+    cmd = [sys.executable, str(TWIN), str(out)]
+    if pure_copy is not None:
+        cmd += ["--pure", str(pure_copy)]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run.stdout.strip()
+
+
+@pytest.mark.skipif(PURE_BUILD, reason="DMOCKER_PURE build: nothing is compiled to compare with")
+def test_compiled_and_interpreted_replays_are_byte_identical(tmp_path: Path) -> None:
+    pure = tmp_path / "pure"
+    shutil.copytree(ROOT / "dmocker", pure / "dmocker", ignore=shutil.ignore_patterns("*.so", "*.pyd", "__pycache__"))
+    compiled_origin = _replays(tmp_path / "compiled", None)
+    pure_origin = _replays(tmp_path / "interpreted", pure)
+    assert not compiled_origin.endswith(".py"), compiled_origin
+    assert pure_origin == str(pure / "dmocker" / "replay" / "runtime.py"), pure_origin
+    names = sorted(p.name for p in (tmp_path / "compiled").iterdir())
+    assert len(names) == 3 * 12 and names == sorted(p.name for p in (tmp_path / "interpreted").iterdir())
+    for name in names:
+        a = (tmp_path / "compiled" / name).read_bytes()
+        b = (tmp_path / "interpreted" / name).read_bytes()
+        assert a == b, f"{name}: compiled and interpreted replays differ"
+    assert any((tmp_path / "compiled" / n).stat().st_size > 0 for n in names if n.endswith("records.jsonl"))
