@@ -34,10 +34,15 @@ COMPILED = [
     "dmocker/replay/cluster_control.py",
     "dmocker/replay/collector.py",
     "dmocker/replay/coordinator_io.py",
+    "dmocker/replay/events.py",
+    "dmocker/replay/records.py",
     "dmocker/replay/request_state.py",
     "dmocker/replay/routing_hooks.py",
     "dmocker/replay/runtime.py",
     "dmocker/replay/runtime_base.py",
+    "dmocker/replay/workload/admission.py",
+    "dmocker/replay/workload/mooncake.py",
+    "dmocker/replay/workload/types.py",
 ]
 
 

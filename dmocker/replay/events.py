@@ -1,4 +1,5 @@
-"""The replay's event heap, its ordering key, and the replay's two run-time errors.
+"""The replay's event heap and its ordering key (the replay's two run-time errors live in
+:mod:`.errors` and are re-exported here).
 
 Why this shape: the reference replay is a discrete-event simulation whose results depend on
 the order in which same-time work is applied.  Its heap orders events by time, then by a
@@ -19,9 +20,11 @@ from __future__ import annotations
 import enum
 import heapq
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
+
+from .errors import DeadEndError, ReplayInvariantError
 
 __all__ = [
     "EventKind",
@@ -44,29 +47,6 @@ class EventKind(enum.IntEnum):
     TRANSFER_COMPLETE = 2
     INJECTED_FACT = 3  # tests and harnesses: a Canceled / Failed / TimedOut fact at a time
     PLANNER_TICK = 4
-
-
-class ReplayInvariantError(RuntimeError):
-    """The runtime reached a state its own rules forbid (a bug, never bad user input)."""
-
-
-class DeadEndError(RuntimeError):
-    """Work is left but no future event can ever make progress.
-
-    The reference reports only a count; we name the stuck requests and what they wait for,
-    because a dead end is almost always a configuration the engines cannot serve (for example
-    a prompt that never fits), and the user needs to know which one.
-    """
-
-    def __init__(self, now_ms: float, stuck: Sequence[str], why: str = "") -> None:
-        self.now_ms = now_ms
-        self.stuck = tuple(stuck)
-        shown = ", ".join(self.stuck[:10])
-        more = f" (+{len(self.stuck) - 10} more)" if len(self.stuck) > 10 else ""
-        super().__init__(
-            f"replay reached a dead end at t={now_ms:.3f} ms with {len(self.stuck)} "
-            f"request(s) unable to progress{why}: {shown}{more}"
-        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,14 +19,11 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from dmocker._frozen import fast_frozen_init
-
 from .types import NO_NEXT, SessionStart, Turn, Workload, WorkloadError
 
 __all__ = ["AdmissionQueue", "ReadyTurn"]
 
 
-@fast_frozen_init  # built per request on the replay's hot path
 @dataclass(frozen=True, slots=True)
 class ReadyTurn:
     """A turn released at ``arrival_ms``."""

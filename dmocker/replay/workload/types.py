@@ -1,4 +1,5 @@
-"""Workload value types: one turn of a request, session starts, and the workload error.
+"""Workload value types: one turn of a request, session starts (and the workload error,
+re-exported from :mod:`.errors`).
 
 Why: the runtime, the trace reader and the synthetic generator meet here, so the admission
 queue can treat a Mooncake file and a generated workload alike.  A turn is only materialised
@@ -11,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from dmocker._frozen import fast_frozen_init
+from .errors import WorkloadError
 
 __all__ = ["Turn", "SessionStart", "Workload", "WorkloadError", "NO_NEXT"]
 
@@ -19,7 +20,6 @@ NO_NEXT = -1
 """``Turn.next_request_id`` when the turn is the last of its session."""
 
 
-@fast_frozen_init  # built per request on the replay's hot path
 @dataclass(frozen=True, slots=True)
 class Turn:
     """One request as the workload describes it.
@@ -39,7 +39,6 @@ class Turn:
     turn_index: int
 
 
-@fast_frozen_init  # built per request on the replay's hot path
 @dataclass(frozen=True, slots=True, order=True)
 class SessionStart:
     """A session's first turn and its (rebased, sped-up) arrival time."""
@@ -68,25 +67,3 @@ class Workload(Protocol):
     def delay_of(self, request_id: int) -> float:
         """Think time (ms) of a later turn after its predecessor's terminal, before loading it."""
         ...
-
-
-class WorkloadError(ValueError):
-    """Bad workload input, pointing at the file, line and field at fault."""
-
-    def __init__(
-        self, message: str, *, path: str | None = None, line: int | None = None, field: str | None = None
-    ) -> None:
-        self.path = path
-        self.line = line
-        self.field = field
-        self.detail = message
-        where = ""
-        if path is not None:
-            where = path
-            if line is not None:
-                where += f":{line}"
-            where += ": "
-        elif line is not None:
-            where = f"line {line}: "
-        what = f"field '{field}': " if field is not None else ""
-        super().__init__(f"{where}{what}{message}")
