@@ -22,6 +22,7 @@ COMPILED = [
     "dmocker/engines/common.py",
     "dmocker/engines/handoff_base.py",
     "dmocker/engines/hashing.py",
+    "dmocker/engines/interface.py",
     "dmocker/engines/sglang.py",
     "dmocker/engines/sglang_decode.py",
     "dmocker/engines/sglang_request.py",

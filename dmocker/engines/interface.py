@@ -48,24 +48,19 @@ must use the same block size, so a source hash equals the destination hash of th
 from __future__ import annotations
 
 import enum
-import math
 from dataclasses import dataclass, field
 from typing import Protocol, TypeAlias, Union
 
 import numpy as np
 import numpy.typing as npt
 
-from dmocker._frozen import fast_frozen_init
+from dmocker.handoff import DestinationReserved, HandoffId, SourceHeld
 
-from dmocker.handoff import (
-    DestinationReserved,
-    HandoffId,
-    SourceHeld,
-    TransferTiming,
-    TransferTimingMode,
-)
+from .engine_args import DEFAULT_BLOCK_SIZE, Backend, DecodeKvAccounting, EngineArgs, WorkerType
+from .errors import EngineCommandError
 
 __all__ = [
+    "DEFAULT_BLOCK_SIZE",
     "Backend",
     "WorkerType",
     "DecodeKvAccounting",
@@ -98,176 +93,6 @@ def empty_ids() -> IdArray:
     return _EMPTY_IDS
 
 
-class Backend(enum.Enum):
-    """Which engine's scheduler and KV manager to mimic."""
-
-    VLLM = "vllm"
-    SGLANG = "sglang"
-
-    @classmethod
-    def parse(cls, text: str) -> Backend:
-        for b in cls:
-            if text.strip().lower() == b.value:
-                return b
-        raise ValueError(f"unknown engine {text!r}: expected 'vllm' or 'sglang'")
-
-
-class WorkerType(enum.Enum):
-    """Role in the disaggregated pair; prefill workers spend no decode time, decode no prefill."""
-
-    PREFILL = "prefill"
-    DECODE = "decode"
-
-    @classmethod
-    def parse(cls, text: str) -> WorkerType:
-        for w in cls:
-            if text.strip().lower() == w.value:
-                return w
-        raise ValueError(f"unknown worker_type {text!r}: expected 'prefill' or 'decode'")
-
-
-class DecodeKvAccounting(enum.Enum):
-    """What the vLLM decode-time model takes as "active KV tokens".
-
-    LOGICAL: the summed sequence lengths of the requests decoded in the pass (shared prefix
-    blocks counted once per request).  This is what Dynamo 1.6.1 does: replays match it to
-    the last digit, and it is the default.  RESIDENT: distinct active blocks x block size (the
-    newer mocker sources); shared prefixes then make decode cheaper.  SGLang always uses the
-    logical sum.
-    """
-
-    LOGICAL = "logical"
-    RESIDENT = "resident"
-
-
-# Reference defaults (``MockEngineArgs`` in ``ai-dynamo/dynamo`` ``lib/mocker/src/common/protocols.rs``).
-DEFAULT_BLOCK_SIZE = {Backend.VLLM: 64, Backend.SGLANG: 1}
-
-
-@dataclass(frozen=True, slots=True)
-class EngineArgs:
-    """Engine arguments, named after the reference's ``MockEngineArgs``, with its defaults.
-
-    ``block_size=None`` means the backend default (vLLM 64, SGLang 1); read ``page_tokens`` for the
-    resolved value.  For SGLang the page size is the block size.  Timing is the polynomial model
-    unless both ``fixed_prefill_ms`` and ``fixed_decode_ms`` are given (then a pass costs
-    ``fixed_prefill_ms`` if it schedules any uncached prompt token plus ``fixed_decode_ms`` if it
-    decodes, each still divided by the speed-up ratios).  ``decode_kv_accounting`` picks what
-    the vLLM decode model counts as active KV (default: Dynamo 1.6.1's summed sequence
-    lengths).  Call :meth:`validate` (``make_worker`` does) to get a ``ValueError`` naming the
-    offending field.
-    """
-
-    backend: Backend = Backend.VLLM
-    worker_type: WorkerType = WorkerType.DECODE
-    block_size: int | None = None
-    num_gpu_blocks: int = 16384
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192
-    max_model_len: int | None = None
-    enable_prefix_caching: bool = True
-    enable_chunked_prefill: bool = True
-    speedup_ratio: float = 1.0
-    decode_speedup_ratio: float = 1.0
-    kv_bytes_per_token: int | None = None
-    kv_transfer_bandwidth: float | None = None  # decimal GB/s
-    kv_transfer_timing_mode: TransferTimingMode = TransferTimingMode.FULL_PROMPT
-    fixed_prefill_ms: float | None = None
-    fixed_decode_ms: float | None = None
-    decode_kv_accounting: DecodeKvAccounting = DecodeKvAccounting.LOGICAL
-    # SGLang knobs (ignored by vLLM).
-    max_prefill_tokens: int = 16384
-    chunked_prefill_size: int = 8192
-    schedule_conservativeness: float = 1.0
-    clip_max_new_tokens: int = 4096
-    new_token_ratio_decay_steps: int = 600
-    min_new_token_ratio_factor: float = 0.14
-
-    @property
-    def page_tokens(self) -> int:
-        """The resolved block (= SGLang page) size in tokens."""
-        return self.block_size if self.block_size is not None else DEFAULT_BLOCK_SIZE[self.backend]
-
-    @property
-    def total_kv_tokens(self) -> int:
-        return self.num_gpu_blocks * self.page_tokens
-
-    @property
-    def fixed_timing(self) -> bool:
-        return self.fixed_prefill_ms is not None and self.fixed_decode_ms is not None
-
-    def validate(self) -> EngineArgs:
-        """Raise ``ValueError`` naming the field on a bad value; return self for chaining."""
-
-        def bad(name: str, why: str) -> ValueError:
-            return ValueError(f"engine argument {name}={getattr(self, name)!r}: {why}")
-
-        if not isinstance(self.backend, Backend):
-            raise bad("backend", "expected Backend.VLLM or Backend.SGLANG")
-        if not isinstance(self.worker_type, WorkerType):
-            raise bad("worker_type", "expected WorkerType.PREFILL or WorkerType.DECODE")
-        for name in ("num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens",
-                     "max_prefill_tokens", "chunked_prefill_size", "clip_max_new_tokens",
-                     "new_token_ratio_decay_steps"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise bad(name, "must be a positive integer")
-        if self.block_size is not None and (
-            isinstance(self.block_size, bool) or not isinstance(self.block_size, int)
-            or self.block_size <= 0
-        ):
-            raise bad("block_size", "must be a positive integer")
-        if self.max_model_len is not None and (
-            isinstance(self.max_model_len, bool) or not isinstance(self.max_model_len, int)
-            or self.max_model_len <= 0
-        ):
-            raise bad("max_model_len", "must be a positive integer or None (no limit)")
-        for name in ("speedup_ratio", "decode_speedup_ratio", "schedule_conservativeness",
-                     "min_new_token_ratio_factor"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise bad(name, "must be a finite number")
-        if self.schedule_conservativeness <= 0:
-            raise bad("schedule_conservativeness", "must be > 0")
-        if self.kv_bytes_per_token is not None and (
-            isinstance(self.kv_bytes_per_token, bool)
-            or not isinstance(self.kv_bytes_per_token, int) or self.kv_bytes_per_token < 0
-        ):
-            raise bad("kv_bytes_per_token", "must be a non-negative integer or None")
-        if self.kv_transfer_bandwidth is not None and (
-            isinstance(self.kv_transfer_bandwidth, bool)
-            or not isinstance(self.kv_transfer_bandwidth, (int, float))
-            or not math.isfinite(self.kv_transfer_bandwidth) or self.kv_transfer_bandwidth < 0
-        ):
-            raise bad("kv_transfer_bandwidth", "must be a finite number >= 0 (GB/s) or None")
-        if not isinstance(self.decode_kv_accounting, DecodeKvAccounting):
-            raise bad("decode_kv_accounting", "expected a DecodeKvAccounting")
-        if not isinstance(self.kv_transfer_timing_mode, TransferTimingMode):
-            raise bad("kv_transfer_timing_mode", "expected a TransferTimingMode")
-        for name in ("fixed_prefill_ms", "fixed_decode_ms"):
-            value = getattr(self, name)
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, (int, float))
-                or not math.isfinite(value) or value < 0
-            ):
-                raise bad(name, "must be a finite number >= 0 or None")
-        if (self.fixed_prefill_ms is None) != (self.fixed_decode_ms is None):
-            raise bad("fixed_prefill_ms", "fixed timing needs both fixed_prefill_ms and fixed_decode_ms")
-        return self
-
-    def transfer_timing(self, prompt_tokens: int) -> TransferTiming:
-        """The SourceHeld timing a prefill worker with these args reports (its own link settings)."""
-        return TransferTiming(
-            mode=self.kv_transfer_timing_mode,
-            full_prompt_tokens=prompt_tokens,
-            kv_bytes_per_token=self.kv_bytes_per_token,
-            bandwidth_gb_s=(
-                float(self.kv_transfer_bandwidth) if self.kv_transfer_bandwidth is not None else None
-            ),
-        )
-
-
-@fast_frozen_init  # built per request or per pass on the replay's hot path
 @dataclass(frozen=True, slots=True)
 class EngineRequest:
     """One request as an engine sees it.
@@ -294,10 +119,6 @@ class CommandResult(enum.Enum):
     NOOP = "Noop"
 
 
-class EngineCommandError(ValueError):
-    """A command the engine refuses (e.g. a prompt larger than the destination pool)."""
-
-
 @dataclass(frozen=True, slots=True)
 class KvStored:
     """Blocks that became visible in this worker's prefix cache (first copy of each hash)."""
@@ -316,7 +137,6 @@ KvEvent: TypeAlias = Union[KvStored, KvRemoved]
 LifecycleEvent: TypeAlias = Union[SourceHeld, DestinationReserved]
 
 
-@fast_frozen_init  # built per request or per pass on the replay's hot path
 @dataclass(frozen=True, slots=True)
 class CommandEffects:
     """The immediate result of a command.
@@ -332,7 +152,6 @@ class CommandEffects:
     kv_events: tuple[KvEvent, ...] = ()
 
 
-@fast_frozen_init  # built per request or per pass on the replay's hot path
 @dataclass(frozen=True, slots=True)
 class Admission:
     """A request admitted into the running batch at pass start (collector: *_admit_ms).
@@ -345,7 +164,6 @@ class Admission:
     reused_input_tokens: int
 
 
-@fast_frozen_init  # built per request or per pass on the replay's hot path
 @dataclass(frozen=True, slots=True)
 class PassPlan:
     """What a started pass is known to do at its start time."""
@@ -363,7 +181,6 @@ class PassPlan:
     last_start_ms: float | None = None
 
 
-@fast_frozen_init  # built per request or per pass on the replay's hot path
 @dataclass(frozen=True, slots=True)
 class PassCompletion:
     """The deferred effects of a pass, stamped at its end time.
