@@ -1,7 +1,7 @@
 """Build dmocker with its replay core compiled by mypyc (pure Python with ``DMOCKER_PURE=1``).
 
-Why compiled: the replay's per-request path (runtime, engines, block pool, collector,
-coordinator) is plain typed Python; mypyc turns its classes into C structs and its calls into
+Why compiled: the replay's per-request path (runtime, engines, block pool, collector, queues,
+trace reader) is plain typed Python; mypyc turns its classes into C structs and its calls into
 direct C calls, which is what lets the replay outrun the reference (``bench/replay_bench.py``).
 The compiled modules are the same source as the pure ones: ``tests/replay/test_compiled.py``
 replays randomized workloads with both and compares the outputs byte for byte.

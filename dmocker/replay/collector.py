@@ -55,8 +55,12 @@ def nearest_rank(n: int, p: float) -> int:
 
 _fmin = np.fmin.reduce
 _fmax = np.fmax.reduce
+
+
 def _count(a: npt.NDArray[np.bool_]) -> int:
+    """Non-zero entries, as a Python int (compiled code checks the declared ``int``)."""
     return int(np.count_nonzero(a))
+
 
 PERCENTILES = (("median", 50.0), ("p75", 75.0), ("p90", 90.0), ("p95", 95.0), ("p99", 99.0))
 

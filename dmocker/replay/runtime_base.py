@@ -6,8 +6,8 @@ outputs (``coordinator_io``), routing signals (``routing_hooks``) and the planne
 controls (``cluster_control``).  Each part reads state the others own; declaring that state
 once, here, lets every part be type-checked on its own without restating it, and gives mypyc
 the native class's attribute layout.  The attributes are set by ``DisaggRuntime.__init__``;
-the methods below are overridden by the layer that owns them (a call that reaches one here is
-a bug).
+the methods below are the ones a lower layer calls before the layer that owns them defines
+them (a call that reaches one here is a bug).
 """
 
 from __future__ import annotations
@@ -96,16 +96,6 @@ class RuntimeBase:
     def _is_done(self) -> bool:
         raise NotImplementedError
 
-    # action execution (actions)
-    def _wake_deferred(self, stage: int, idx: int) -> None:
-        raise NotImplementedError
-
-    def _remove_actions(self, req: RequestState) -> None:
-        raise NotImplementedError
-
-    def _dispatch(self, req: RequestState, issued: IssuedAction, stage: int, idx: int) -> bool:
-        raise NotImplementedError
-
     # coordinator boundary (coordinator_io)
     def _lifecycle(self, events: tuple[LifecycleEvent, ...]) -> None:
         raise NotImplementedError
@@ -126,9 +116,6 @@ class RuntimeBase:
                 outcome: Outcome | None = None) -> None:
         raise NotImplementedError
 
-    def _write_record(self, req: RequestState) -> None:
-        raise NotImplementedError
-
     # routing signals (routing_hooks)
     def _release_routes(self, req: RequestState) -> None:
         raise NotImplementedError
@@ -142,13 +129,6 @@ class RuntimeBase:
     def _route_retired(self, req: RequestState) -> None:
         raise NotImplementedError
 
-    def route_topology_changed(self, stage: int, worker: int, *, added: bool) -> None:
-        raise NotImplementedError
-
     # planner and fault controls (cluster_control)
     def _acquire_fails(self, req: RequestState, issued: IssuedAction, stage: int) -> bool:
         raise NotImplementedError
-
-    def _apply_injected(self) -> bool:
-        raise NotImplementedError
-
