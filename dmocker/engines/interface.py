@@ -36,6 +36,16 @@ start (``PassPlan.pass_start_kv_events``), SGLang pass end and every end-of-pass
 Stored in ReserveDestination effects must be 0, in ActivateDestination effects > 0.  Blocks of
 generated tokens are never stored (their hashes would be random and unmatchable).
 
+Value classes
+-------------
+The values crossing this boundary are built once or more per pass, so they are shaped for the
+compiled core: ``@final`` dataclasses with ``Final`` fields and a hand-written ``__init__``.
+mypyc compiles that ``__init__`` to a C constructor (the one ``dataclass`` generates is
+interpreted Python calling a setter per field: about 17 times slower to build); ``Final`` keeps
+the fields read-only (mypy at build time, the compiled class at run time); ``dataclass`` still
+supplies ``__eq__``, ``__hash__`` and ``__repr__``.  The workload's ``Turn``, ``SessionStart``
+and ``ReadyTurn`` follow the same pattern.
+
 Block hashes
 ------------
 Requests carry the chained hashes of their *full* engine blocks (ints in ``[0, 2**59)``), never
@@ -48,8 +58,8 @@ must use the same block size, so a source hash equals the destination hash of th
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
-from typing import Protocol, TypeAlias, Union
+from dataclasses import dataclass
+from typing import Final, Protocol, TypeAlias, Union, final
 
 import numpy as np
 import numpy.typing as npt
@@ -93,7 +103,8 @@ def empty_ids() -> IdArray:
     return _EMPTY_IDS
 
 
-@dataclass(frozen=True, slots=True)
+@final
+@dataclass(init=False, slots=True, unsafe_hash=True)
 class EngineRequest:
     """One request as an engine sees it.
 
@@ -104,10 +115,17 @@ class EngineRequest:
     worker generates all ``max_output_tokens`` after activation.
     """
 
-    request_id: int
-    input_length: int
-    max_output_tokens: int
-    block_hashes: tuple[int, ...] = ()
+    request_id: Final[int]
+    input_length: Final[int]
+    max_output_tokens: Final[int]
+    block_hashes: Final[tuple[int, ...]]
+
+    def __init__(self, request_id: int, input_length: int, max_output_tokens: int,
+                 block_hashes: tuple[int, ...] = ()) -> None:
+        self.request_id = request_id
+        self.input_length = input_length
+        self.max_output_tokens = max_output_tokens
+        self.block_hashes = block_hashes
 
 
 class CommandResult(enum.Enum):
@@ -119,25 +137,34 @@ class CommandResult(enum.Enum):
     NOOP = "Noop"
 
 
-@dataclass(frozen=True, slots=True)
+@final
+@dataclass(init=False, slots=True, unsafe_hash=True)
 class KvStored:
     """Blocks that became visible in this worker's prefix cache (first copy of each hash)."""
 
-    block_hashes: tuple[int, ...]
+    block_hashes: Final[tuple[int, ...]]
+
+    def __init__(self, block_hashes: tuple[int, ...]) -> None:
+        self.block_hashes = block_hashes
 
 
-@dataclass(frozen=True, slots=True)
+@final
+@dataclass(init=False, slots=True, unsafe_hash=True)
 class KvRemoved:
     """Blocks whose last cached copy left this worker (eviction)."""
 
-    block_hashes: tuple[int, ...]
+    block_hashes: Final[tuple[int, ...]]
+
+    def __init__(self, block_hashes: tuple[int, ...]) -> None:
+        self.block_hashes = block_hashes
 
 
 KvEvent: TypeAlias = Union[KvStored, KvRemoved]
 LifecycleEvent: TypeAlias = Union[SourceHeld, DestinationReserved]
 
 
-@dataclass(frozen=True, slots=True)
+@final
+@dataclass(init=False, slots=True, unsafe_hash=True)
 class CommandEffects:
     """The immediate result of a command.
 
@@ -147,12 +174,19 @@ class CommandEffects:
     conformance fixture counts Stored here per command (reserve: 0, activate: > 0).
     """
 
-    result: CommandResult
-    lifecycle: tuple[LifecycleEvent, ...] = ()
-    kv_events: tuple[KvEvent, ...] = ()
+    result: Final[CommandResult]
+    lifecycle: Final[tuple[LifecycleEvent, ...]]
+    kv_events: Final[tuple[KvEvent, ...]]
+
+    def __init__(self, result: CommandResult, lifecycle: tuple[LifecycleEvent, ...] = (),
+                 kv_events: tuple[KvEvent, ...] = ()) -> None:
+        self.result = result
+        self.lifecycle = lifecycle
+        self.kv_events = kv_events
 
 
-@dataclass(frozen=True, slots=True)
+@final
+@dataclass(init=False, slots=True, unsafe_hash=True)
 class Admission:
     """A request admitted into the running batch at pass start (collector: *_admit_ms).
 
@@ -160,28 +194,45 @@ class Admission:
     whose prompt arrived by transfer).
     """
 
-    request_id: int
-    reused_input_tokens: int
+    request_id: Final[int]
+    reused_input_tokens: Final[int]
+
+    def __init__(self, request_id: int, reused_input_tokens: int) -> None:
+        self.request_id = request_id
+        self.reused_input_tokens = reused_input_tokens
 
 
-@dataclass(frozen=True, slots=True)
+@final
+@dataclass(init=False, slots=True, unsafe_hash=True)
 class PassPlan:
     """What a started pass is known to do at its start time."""
 
-    start_ms: float
-    end_ms: float
-    admissions: tuple[Admission, ...] = ()
+    start_ms: Final[float]
+    end_ms: Final[float]
+    admissions: Final[tuple[Admission, ...]]
     # vLLM: the cache changes this pass makes (Stored / Removed), visible at pass start.
     # Always empty for SGLang, whose pass events are visible at pass end (PassCompletion).
-    pass_start_kv_events: tuple[KvEvent, ...] = ()
-    prefill_tokens: int = 0  # uncached prompt tokens computed in this pass (telemetry)
-    decode_tokens: int = 0  # requests decoded in this pass (telemetry)
+    pass_start_kv_events: Final[tuple[KvEvent, ...]]
+    prefill_tokens: Final[int]  # uncached prompt tokens computed in this pass (telemetry)
+    decode_tokens: Final[int]  # requests decoded in this pass (telemetry)
     # A bulk decode run (``start_pass(now, bulk=True)``): the start of its last pass, which
     # orders its completion among same-time completions as the per-pass simulation would.
-    last_start_ms: float | None = None
+    last_start_ms: Final[float | None]
+
+    def __init__(self, start_ms: float, end_ms: float, admissions: tuple[Admission, ...] = (),
+                 pass_start_kv_events: tuple[KvEvent, ...] = (), prefill_tokens: int = 0,
+                 decode_tokens: int = 0, last_start_ms: float | None = None) -> None:
+        self.start_ms = start_ms
+        self.end_ms = end_ms
+        self.admissions = admissions
+        self.pass_start_kv_events = pass_start_kv_events
+        self.prefill_tokens = prefill_tokens
+        self.decode_tokens = decode_tokens
+        self.last_start_ms = last_start_ms
 
 
-@dataclass(frozen=True, slots=True)
+@final
+@dataclass(init=False, slots=True, eq=False)
 class PassCompletion:
     """The deferred effects of a pass, stamped at its end time.
 
@@ -199,13 +250,24 @@ class PassCompletion:
     was rejected before the last.
     """
 
-    end_ms: float
-    emitted: IdArray = field(default_factory=empty_ids)
-    finished: IdArray = field(default_factory=empty_ids)
-    rejected: tuple[int, ...] = ()
-    lifecycle: tuple[LifecycleEvent, ...] = ()
-    kv_events: tuple[KvEvent, ...] = ()
-    run_times: npt.NDArray[np.float64] | None = None
+    end_ms: Final[float]
+    emitted: Final[IdArray]
+    finished: Final[IdArray]
+    rejected: Final[tuple[int, ...]]
+    lifecycle: Final[tuple[LifecycleEvent, ...]]
+    kv_events: Final[tuple[KvEvent, ...]]
+    run_times: Final[npt.NDArray[np.float64] | None]
+
+    def __init__(self, end_ms: float, emitted: IdArray = _EMPTY_IDS, finished: IdArray = _EMPTY_IDS,
+                 rejected: tuple[int, ...] = (), lifecycle: tuple[LifecycleEvent, ...] = (),
+                 kv_events: tuple[KvEvent, ...] = (), run_times: npt.NDArray[np.float64] | None = None) -> None:
+        self.end_ms = end_ms
+        self.emitted = emitted
+        self.finished = finished
+        self.rejected = rejected
+        self.lifecycle = lifecycle
+        self.kv_events = kv_events
+        self.run_times = run_times
 
 
 class EngineWorker(Protocol):

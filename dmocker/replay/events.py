@@ -22,7 +22,7 @@ import heapq
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Final, Generic, TypeVar, final
 
 from .errors import DeadEndError, ReplayInvariantError
 
@@ -49,10 +49,15 @@ class EventKind(enum.IntEnum):
     PLANNER_TICK = 4
 
 
-@dataclass(frozen=True, slots=True)
+@final
+@dataclass(init=False, slots=True, unsafe_hash=True)
 class _Peek:
-    time_ms: float
-    kind: EventKind
+    time_ms: Final[float]
+    kind: Final[EventKind]
+
+    def __init__(self, time_ms: float, kind: EventKind) -> None:
+        self.time_ms = time_ms
+        self.kind = kind
 
 
 class EventQueue(Generic[P]):

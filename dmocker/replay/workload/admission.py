@@ -18,18 +18,24 @@ import heapq
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Final, final
 
 from .types import NO_NEXT, SessionStart, Turn, Workload, WorkloadError
 
 __all__ = ["AdmissionQueue", "ReadyTurn"]
 
 
-@dataclass(frozen=True, slots=True)
+@final
+@dataclass(init=False, slots=True, unsafe_hash=True)
 class ReadyTurn:
     """A turn released at ``arrival_ms``."""
 
-    turn: Turn
-    arrival_ms: float
+    turn: Final[Turn]
+    arrival_ms: Final[float]
+
+    def __init__(self, turn: Turn, arrival_ms: float) -> None:
+        self.turn = turn
+        self.arrival_ms = arrival_ms
 
 
 class AdmissionQueue:

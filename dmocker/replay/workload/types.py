@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol, final
 
 from .errors import WorkloadError
 
@@ -20,7 +20,8 @@ NO_NEXT = -1
 """``Turn.next_request_id`` when the turn is the last of its session."""
 
 
-@dataclass(frozen=True, slots=True)
+@final
+@dataclass(init=False, slots=True, unsafe_hash=True)
 class Turn:
     """One request as the workload describes it.
 
@@ -29,22 +30,38 @@ class Turn:
     (already divided by the arrival speed-up); 0 for a first turn.
     """
 
-    request_id: int
-    input_length: int
-    output_length: int
-    hash_ids: tuple[int, ...]
-    delay_ms: float
-    next_request_id: int
-    session_index: int
-    turn_index: int
+    request_id: Final[int]
+    input_length: Final[int]
+    output_length: Final[int]
+    hash_ids: Final[tuple[int, ...]]
+    delay_ms: Final[float]
+    next_request_id: Final[int]
+    session_index: Final[int]
+    turn_index: Final[int]
+
+    def __init__(self, request_id: int, input_length: int, output_length: int, hash_ids: tuple[int, ...],
+                 delay_ms: float, next_request_id: int, session_index: int, turn_index: int) -> None:
+        self.request_id = request_id
+        self.input_length = input_length
+        self.output_length = output_length
+        self.hash_ids = hash_ids
+        self.delay_ms = delay_ms
+        self.next_request_id = next_request_id
+        self.session_index = session_index
+        self.turn_index = turn_index
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@final
+@dataclass(init=False, slots=True, unsafe_hash=True, order=True)
 class SessionStart:
     """A session's first turn and its (rebased, sped-up) arrival time."""
 
-    arrival_ms: float
-    request_id: int
+    arrival_ms: Final[float]
+    request_id: Final[int]
+
+    def __init__(self, arrival_ms: float, request_id: int) -> None:
+        self.arrival_ms = arrival_ms
+        self.request_id = request_id
 
 
 class Workload(Protocol):
