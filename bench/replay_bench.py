@@ -150,7 +150,9 @@ def _run_child(python: str, role: str, args: argparse.Namespace, trace: str | No
     cmd += ["--router", args.router]
     if args.records:
         cmd += ["--records"]
-    env = {**os.environ, "DYN_LOG": "error"}
+    # Both children start as a ``dmocker`` process does (dmocker/cli/__init__.py): no OpenBLAS
+    # thread pool, which neither replay uses.
+    env = {"OPENBLAS_NUM_THREADS": "1", **os.environ, "DYN_LOG": "error"}
     if role == "dmocker":
         env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     res = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
@@ -248,7 +250,9 @@ def _run_workload(python: str, role: str, w: dict[str, object], trace: str,
                   records: str | None = None, router: str = "round-robin") -> dict[str, object]:
     """Run one workload in a fresh process; adds its whole-process CPU seconds (user + sys)."""
     spec = {**w, "role": role, "trace": trace, "records": records, "router": router}
-    env = {**os.environ, "DYN_LOG": "error"}
+    # Both children start as a ``dmocker`` process does (dmocker/cli/__init__.py): no OpenBLAS
+    # thread pool, which neither replay uses.
+    env = {"OPENBLAS_NUM_THREADS": "1", **os.environ, "DYN_LOG": "error"}
     if role == "dmocker":
         env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
