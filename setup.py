@@ -30,6 +30,7 @@ COMPILED = [
     "dmocker/engines/vllm.py",
     "dmocker/engines/vllm_lockstep.py",
     "dmocker/engines/vllm_request.py",
+    "dmocker/handoff/_coordinator.py",
     "dmocker/handoff/_table.py",
     "dmocker/replay/actions.py",
     "dmocker/replay/cluster_control.py",

@@ -17,7 +17,8 @@ are treated as shared constants and left out of the key.
 Copying.  Exploring a state means feeding it each possible input, so the state is copied before
 inputs that change it.  A class that defines ``__deepcopy__`` is copied with
 :func:`copy.deepcopy`.  Otherwise a structural clone copies containers and plain objects
-attribute by attribute, shares immutable values (numbers, strings, enums, tuples of those,
+attribute by attribute (slots, the attributes a mypyc-compiled class lists in
+``__mypyc_attrs__``, then ``__dict__``), shares immutable values (numbers, strings, enums, tuples of those,
 frozen dataclasses) and the shared constants above, and falls back to ``copy.deepcopy`` for
 anything else.  A copy keeps every order a program can observe: instance attributes and dict
 entries in insertion order, lists as they are, sets copied with ``set.copy`` (CPython copies
@@ -87,6 +88,9 @@ def _slot_names(cls: type) -> tuple[str, ...]:
         slots = klass.__dict__.get("__slots__", ())
         if isinstance(slots, str):
             slots = (slots,)
+        # A class compiled by mypyc keeps its attributes in a C struct, listed here (it has no
+        # __slots__ and no __dict__ of its own): dmocker's coordinator is one.
+        slots = (*slots, *klass.__dict__.get("__mypyc_attrs__", ()))
         for s in slots:
             if s not in ("__dict__", "__weakref__") and s not in names:
                 names.append(s)
@@ -118,7 +122,8 @@ _MISSING = object()
 
 
 def _attributes(obj: object) -> list[tuple[str, object]]:
-    """Slot and ``__dict__`` attributes, slots first, dict entries in insertion order."""
+    """Slot (or mypyc struct) and ``__dict__`` attributes, slots first, dict entries in
+    insertion order."""
     get = object.__getattribute__
     out = [(name, v) for name in _slot_names(type(obj)) if (v := getattr(obj, name, _MISSING)) is not _MISSING]
     try:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from typing import Callable, Final, Hashable, Mapping
 
+from mypy_extensions import mypyc_attr
+
 from dmocker.handoff._registry import ACTION_CLASSES, FACT_CLASSES
 from dmocker.handoff._spec import ProtocolSpec, derived, load_spec
 from dmocker.handoff._table import (
@@ -180,6 +182,10 @@ def _lookup_compiled(spec: ProtocolSpec | None, order: HandoffOrder) -> _Compile
     return derived(the_spec, ("coordinator", order), lambda: _Compiled(the_spec, order))
 
 
+# Compiled by mypyc with the replay's core (setup.py): its steps run ~9 times per simulated
+# request.  It stays open to subclasses written in Python (the checker's mutants, fault
+# injection, a user's coordinator): mypyc then keeps method calls overridable.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class HandoffCoordinator:
     """Pure state machine for one prefill-to-decode handoff, driven by the spec's table.
 
