@@ -86,6 +86,25 @@ def test_follow_up_turn_is_gated_on_the_previous_terminal(tmp_path: Path) -> Non
     assert q.is_drained()
 
 
+def test_prefetch_sees_every_first_turn_once_the_first_batch_included(tmp_path: Path) -> None:
+    # The queue pulls its first batch when it is built, before the runtime installs the hook.
+    p = _write(tmp_path, [_row(timestamp=i * 10, session_id=i % 7) for i in range(23)])
+    q = AdmissionQueue(MooncakeTrace(p), batch=4)
+    seen: list[int] = []
+    q.set_prefetch(lambda turns: seen.extend(t.turn_index * 1000 + t.request_id for t in turns))
+    assert seen == [0, 1, 2, 3]
+    released: list[int] = []
+    now = 0.0
+    while not q.is_drained():
+        for r in q.drain_ready(now):
+            released.append(r.turn.request_id)
+            q.on_request_terminal(r.turn.request_id, now)
+        nxt = q.next_ready_time()
+        now = nxt if nxt is not None else now
+    assert sorted(released) == list(range(23))
+    assert sorted(seen) == list(range(7))  # the seven sessions' first turns, each once
+
+
 def test_concurrency_mode_caps_open_sessions(tmp_path: Path) -> None:
     p = _write(tmp_path, [_row(timestamp=i * 1000) for i in range(5)])
     q = AdmissionQueue(MooncakeTrace(p), max_in_flight=2)

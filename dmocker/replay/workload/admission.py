@@ -106,8 +106,19 @@ class AdmissionQueue:
         return self._buffer.popleft()
 
     def set_prefetch(self, prefetch: Callable[[list[Turn]], None] | None) -> None:
-        """Install the prefetch hook (see ``__init__``); affects batches not yet pulled."""
+        """Install the prefetch hook (see ``__init__``).  The first batch, pulled when the queue
+        was built, is handed to it now (its turns loaded once, kept for their release), so
+        every first turn goes through the hook, the first ``batch`` included."""
         self._prefetch = prefetch
+        if prefetch is None:
+            return
+        pulled = ([self._lookahead] if self._lookahead is not None else []) + list(self._buffer)
+        preloaded = self._preloaded
+        turns = [self._workload.load(st.request_id) for st in pulled if st.request_id not in preloaded]
+        for turn in turns:
+            self._preloaded[turn.request_id] = turn
+        if turns:
+            prefetch(turns)
 
     @property
     def total_requests(self) -> int:
