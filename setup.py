@@ -42,6 +42,7 @@ COMPILED = [
     "dmocker/replay/routing_hooks.py",
     "dmocker/replay/runtime.py",
     "dmocker/replay/runtime_base.py",
+    "dmocker/replay/sketch.py",
     "dmocker/replay/workload/admission.py",
     "dmocker/replay/workload/mooncake.py",
     "dmocker/replay/workload/types.py",

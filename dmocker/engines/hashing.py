@@ -57,17 +57,17 @@ _pow_cache: list[U64] = []
 
 
 def _powers(n: int) -> tuple[U64, U64]:
-    """``B**i`` and ``B**-i`` for i < n (grown on demand, shared)."""
+    """``B**i`` and ``B**-i`` for i < n (grown on demand, shared).
+
+    Running products in uint64, which wrap modulo 2**64 exactly as the definition does (one
+    vectorised pass instead of a Python loop over big integers)."""
     if not _pow_cache or len(_pow_cache[0]) < n:
         size = max(n, 2 * len(_pow_cache[0]) if _pow_cache else 1024)
-        fwd = np.empty(size, dtype=np.uint64)
-        inv = np.empty(size, dtype=np.uint64)
-        f = i = 1
-        for k in range(size):
-            fwd[k] = f
-            inv[k] = i
-            f = (f * _B) & _MASK
-            i = (i * _B_INV) & _MASK
+        fwd = np.full(size, _B, dtype=np.uint64)
+        inv = np.full(size, _B_INV, dtype=np.uint64)
+        fwd[0] = inv[0] = 1
+        np.multiply.accumulate(fwd, out=fwd)
+        np.multiply.accumulate(inv, out=inv)
         _pow_cache[:] = [fwd, inv]
     return _pow_cache[0][:n], _pow_cache[1][:n]
 
@@ -78,12 +78,18 @@ _ONE = np.uint64(1)
 
 
 def _mix(x: U64) -> U64:
-    """SplitMix64 finaliser, elementwise (uint64 array arithmetic wraps without warnings)."""
-    z = x ^ (x >> _S30)
+    """SplitMix64 finaliser, elementwise (uint64 array arithmetic wraps without warnings).
+
+    In place on one new array with one temporary (the hashed arrays hold a whole batch of
+    prompts' blocks, where every pass over memory counts)."""
+    t = x >> _S30
+    z = x ^ t
     z *= _M1
-    z ^= z >> _S27
+    np.right_shift(z, _S27, out=t)
+    z ^= t
     z *= _M2
-    z ^= z >> _S31
+    np.right_shift(z, _S31, out=t)
+    z ^= t
     return z
 
 
@@ -172,7 +178,10 @@ def block_hashes_from_trace_batch(
 
     Vectorised over the concatenation of all rows: with ``C_g = cumsum(local_g * B**-g)`` over
     the global block index ``g``, a row starting at ``g0`` has ``S = B**g * (C_g - C_{g0-1})``.
-    Falls back to the per-row function when ``trace_block_size % block_size != 0``.
+    Local hashes are computed on an (ids x sub-blocks) grid and per-row values are spread with
+    ``repeat``, so no pass divides or gathers by a per-block row index (a batch holds tens of
+    thousands of blocks; every pass over them counts).  Falls back to the per-row function when
+    ``trace_block_size % block_size != 0``.
     """
     if block_size <= 0 or trace_block_size <= 0:
         raise ValueError("block sizes must be positive")
@@ -184,29 +193,42 @@ def block_hashes_from_trace_batch(
             for h, n in zip(hash_ids, input_lengths)
         ]
     r = trace_block_size // block_size
-    counts = np.fromiter((n // block_size for n in input_lengths), dtype=np.int64,
-                         count=len(input_lengths))
-    for h, c in zip(hash_ids, counts.tolist()):
-        if c > len(h) * r:
+    counts_l = [n // block_size for n in input_lengths]
+    n_ids = [-(-c // r) for c in counts_l]  # trace blocks each row's engine blocks lie in
+    for h, k in zip(hash_ids, n_ids):
+        if k > len(h):
             raise ValueError("input_length exceeds len(hash_ids) * trace_block_size")
-    total = int(counts.sum())
+    total = sum(counts_l)
     if total == 0:
         return [() for _ in input_lengths]
-    lens = np.fromiter((len(h) for h in hash_ids), dtype=np.int64, count=len(hash_ids))
-    flat = np.fromiter((x for h in hash_ids for x in h), dtype=np.uint64, count=int(lens.sum()))
-    id_start = np.concatenate(([0], np.cumsum(lens)[:-1]))
-    blk_start = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    row = np.repeat(np.arange(len(counts)), counts)
-    b = np.arange(total, dtype=np.int64) - blk_start[row]  # block index within its row
-    local = _mix(flat[id_start[row] + b // r] * _K1 + (b % r).astype(np.uint64) + _ONE)
+    counts = np.array(counts_l, dtype=np.int64)
+    ids: list[int] = []
+    for h, k in zip(hash_ids, n_ids):
+        ids.extend(h[:k])
+    used = np.fromiter(ids, dtype=np.uint64, count=len(ids))
+    # local hashes over whole trace blocks (every sub-block s of each used id), row after row;
+    # a row whose blocks end inside a trace block has sub-blocks past its end: dropped
+    grid = (used * _K1)[:, None] + _sub_plus_one(r, r)[None, :]
+    local = _mix(grid.ravel())
+    excess = np.array(n_ids, dtype=np.int64) * r - counts
+    if excess.any():
+        skip = np.cumsum(excess) - excess  # sub-blocks dropped before each row
+        local = local[np.arange(total, dtype=np.int64) + np.repeat(skip, counts)]
     fwd, inv = _powers(total)
-    c = np.cumsum(local * inv, dtype=np.uint64)
-    base = np.where(blk_start > 0, c[np.maximum(blk_start - 1, 0)], np.uint64(0))
-    s = (c - base[row]) * fwd  # B**g * (C_g - C_{g0-1})
-    out = (_mix(s ^ _len_salt(int(counts.max()) if len(counts) else 1)[b]) & _HASH_MASK).tolist()
+    c = np.cumsum(local * inv, dtype=np.uint64)  # C_g over the global block index g
+    blk_start = np.cumsum(counts) - counts  # g0 of each row
+    base = c[np.maximum(blk_start - 1, 0)]
+    base[blk_start == 0] = 0
+    s = c - np.repeat(base, counts)
+    s *= fwd  # B**g * (C_g - C_{g0-1})
+    # the length salt (b + 1) * K2 of block b = g - g0 of its row: (g + 1) * K2 - g0 * K2
+    s ^= _len_salt(total) - np.repeat(blk_start.astype(np.uint64) * _K2, counts)
+    hashed = _mix(s)
+    hashed &= _HASH_MASK
+    out = hashed.tolist()
     result: list[tuple[int, ...]] = []
     pos = 0
-    for c_ in counts.tolist():
+    for c_ in counts_l:
         result.append(tuple(out[pos:pos + c_]))
         pos += c_
     return result

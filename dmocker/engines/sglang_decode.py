@@ -325,8 +325,7 @@ class SglDecodePath(HandoffWorkerBase[SglRequest]):
         # summed sequence lengths before each pass (the per-pass step caps them at the pool's
         # tokens; the timing model's own cap at 1.0 gives the same floats)
         active0 = self._sum_off + n * k0
-        times = self._timing.run_end_times(
-            now_ms, n, np.arange(active0, active0 + n * n_pass, n, dtype=np.int64))
+        times = self._timing.run_ends(now_ms, n, active0, n_pass)
         free, evicted = pool.take_undoable(need)
         self._bulk = _Run(now_ms, times, k0, npg0, self.new_token_ratio, need, free, evicted)
         self._set_progress(k0 + n_pass, npg0)

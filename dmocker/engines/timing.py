@@ -21,6 +21,8 @@ __all__ = [
     "run_end_times",
 ]
 
+_SCALAR_PASSES = 256  # runs up to this long: the scalar loop of PassTiming.run_ends
+
 
 def polynomial_prefill_ms(batch_size: int, new_tokens_per_request: int) -> float:
     """``4.209989e-7 t^2 + 1.518344e-2 t + 16.50142`` with ``t = batch * new``; 0 if ``t == 0``.
@@ -125,6 +127,48 @@ class PassTiming:
         out[0] = start_ms
         np.add.accumulate(out, out=out)  # cumsum's loop without its Python-level dispatch
         return out[1:]
+
+    def run_ends(self, start_ms: float, batch_size: int, active0: int, passes: int) -> npt.NDArray[np.float64]:
+        """End times of ``passes`` back-to-back decode passes of one batch whose summed sequence
+        lengths are ``active0`` before the first and grow by ``batch_size`` a pass (a bulk
+        run): :meth:`run_end_times` of that ``arange``, the same floats.
+
+        Why a scalar loop: a run is computed once per batch change, mostly over a few dozen
+        passes, where numpy's ten calls (~1 us each) outweigh the arithmetic; compiled, this
+        loop does the same IEEE operations in the same order on C doubles (the active values
+        are integers below 2**53, so float steps hold them exactly), and only long runs take
+        the vector path."""
+        poly = batch_size > 0 and not self._fixed and self._total_kv > 0
+        if passes > _SCALAR_PASSES and poly:
+            return self.run_end_times(
+                start_ms, batch_size,
+                np.arange(active0, active0 + batch_size * passes, batch_size, dtype=np.int64))
+        ends = [0.0] * passes
+        end = start_ms
+        div = self._decode_div
+        if poly:
+            total = float(self._total_kv)
+            a = float(active0)
+            step = float(batch_size)
+            for i in range(passes):
+                p = a / total
+                if p > 1.0:
+                    p = 1.0
+                # as run_end_times: no max(., 1.0) (the polynomial is >= 5.74 on [0, 1])
+                end += (-25.74 * p * p + 54.01 * p + 5.74) / div
+                ends[i] = end
+                a += step
+        else:  # one duration for every pass
+            if batch_size <= 0:
+                ms = 0.0
+            elif self._fixed:
+                ms = self._fixed_decode / div
+            else:
+                ms = polynomial_decode_ms(0, 0) / div
+            for i in range(passes):
+                end += ms
+                ends[i] = end
+        return np.array(ends, dtype=np.float64)
 
 
 def run_end_times(start_ms: float, durations: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:

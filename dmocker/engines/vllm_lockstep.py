@@ -344,8 +344,7 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
                 self._rid_arr = np.concatenate((self._rid_arr, np.array(joined, dtype=np.int64)))
             admissions = tuple(adm)
         active0 = self._sum_po + n * K  # summed sequence lengths before pass k's sample
-        times = self._timing.run_end_times(
-            now_ms, n, np.arange(active0, active0 + n * n_pass, n, dtype=np.int64))
+        times = self._timing.run_ends(now_ms, n, active0, n_pass)
         free, evicted = self.pool.take_undoable(need)
         self._bulk = (now_ms, times, K, demand, free, evicted)
         self._tail = tail

@@ -98,3 +98,27 @@ def test_bulk_run_end_times_match_pass_by_pass(batch: int, active: list[int], st
     arr = np.array(active, dtype=np.int64)
     assert timing.run_end_times(start, batch, arr).tolist() == expected
     assert run_end_times(start, timing.decode_ms_many(batch, arr)).tolist() == expected
+
+
+@given(
+    st.integers(0, 300),
+    st.integers(0, 3_000_000),
+    st.sampled_from([1, 2, 3, 255, 256, 257, 700]),
+    st.floats(0.0, 1e7, allow_nan=False),
+    st.sampled_from([(1.0, 1.0), (2.5, 1.0), (1.0, 0.0), (0.7, 3.0)]),
+    st.booleans(),
+    st.sampled_from([1, 64, 16384]),
+)
+def test_run_ends_match_pass_by_pass(batch: int, active0: int, passes: int, start: float,
+                                     speedups: tuple[float, float], fixed: bool, blocks: int) -> None:
+    """``run_ends`` (scalar loop for short runs, numpy for long ones) gives, element for
+    element, ``end = start + decode_ms`` pass after pass, the active KV growing by the batch."""
+    args = EngineArgs(speedup_ratio=speedups[0], decode_speedup_ratio=speedups[1], num_gpu_blocks=blocks,
+                      fixed_prefill_ms=3.0 if fixed else None, fixed_decode_ms=1.7 if fixed else None)
+    timing = PassTiming(args)
+    expected = []
+    t = start
+    for i in range(passes):
+        t = t + timing.decode_ms(batch, active0 + i * batch)
+        expected.append(t)
+    assert timing.run_ends(start, batch, active0, passes).tolist() == expected

@@ -41,3 +41,17 @@ def test_large_batches_same_exponent_and_spread() -> None:
         s = ExactSum()
         s.add_many(xs)
         assert s.value() == _exact(xs.tolist())
+
+
+def test_positive_values_every_path() -> None:
+    """Positive normal values take the bit-level paths (int64 sums for a narrow exponent
+    spread, per-exponent sums for a wide one); their totals are the exact ones too."""
+    rng = np.random.default_rng(11)
+    n = 1 << 16  # the most the int64 path sums at once
+    top = np.nextafter(2.0 ** rng.integers(1, 22, n), 0.0)  # all-ones significands, spread 20
+    gaps = rng.uniform(5.0, 20.0, n) * rng.integers(1, 17, n)
+    wide = rng.uniform(1.0, 2.0, n) * 2.0 ** rng.integers(-40, 40, n)
+    for xs in (top, gaps, gaps * gaps, wide, np.concatenate((gaps, gaps))):
+        s = ExactSum()
+        s.add_many(xs)
+        assert s.value() == _exact(xs.tolist())
