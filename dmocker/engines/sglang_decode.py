@@ -141,7 +141,7 @@ class SglDecodePath(HandoffWorkerBase[SglRequest]):
         for r in added:
             self._enter(r)  # (a fresh object's offset writes its own seq back unchanged)
             ok = ok and _lazy_ok(r)
-        self._emit = None
+        self._emit_appended(added)
         if not ok:
             self._sync_running()
 
@@ -168,6 +168,26 @@ class SglDecodePath(HandoffWorkerBase[SglRequest]):
         if emit is None:
             emit = self._emit = np.array(self._rids, dtype=np.int64)
         return emit
+
+    # The emitted-ids array changes with the batch: a new array every time (handed-out arrays
+    # are never mutated; the collector's same-array shortcut relies on it), derived from the
+    # cached one when there is one -- a slice or two and a concatenation cost less than
+    # rebuilding it from the id list (tens of ids, after nearly every join and finish).
+
+    def _emit_appended(self, added: list[SglRequest]) -> None:
+        """``added`` entered the batch (appended to ``_rids``)."""
+        emit = self._emit
+        if emit is not None:
+            self._emit = np.concatenate((emit, np.array([r.rid for r in added], dtype=np.int64)))
+
+    def _emit_removed(self, done: list[SglRequest]) -> None:
+        """``done`` are about to leave the batch (still in ``_rids``)."""
+        emit = self._emit
+        if emit is not None and len(done) == 1:
+            i = self._rids.index(done[0].rid)
+            self._emit = np.concatenate((emit[:i], emit[i + 1:]))
+        else:
+            self._emit = None
 
     def _decode_running_vec(self, finished: list[int]) -> tuple[float, I64] | None:
         """The per-request decode step over the whole running batch, for the common case:
@@ -216,6 +236,7 @@ class SglDecodePath(HandoffWorkerBase[SglRequest]):
         k = self._k
         page = self._page
         grow = self._grow
+        self._emit_removed(done)
         for r in done:
             seq = r.off + k
             r.materialized += seq - r.seq
@@ -228,7 +249,6 @@ class SglDecodePath(HandoffWorkerBase[SglRequest]):
             self._sum_off -= r.off
             run.remove(r)
             self._rids.remove(r.rid)
-        self._emit = None
         for r in done:
             finished.append(r.rid)
             self._complete(r)
@@ -319,7 +339,7 @@ class SglDecodePath(HandoffWorkerBase[SglRequest]):
             self._running.extend(promote)
             for r in promote:
                 self._enter(r)
-            self._emit = None
+            self._emit_appended(promote)
             admissions = tuple(adm)
         n = len(batch)
         # summed sequence lengths before each pass (the per-pass step caps them at the pool's
@@ -419,6 +439,7 @@ class SglDecodePath(HandoffWorkerBase[SglRequest]):
         run = self._running
         k, page = self._k, self._page
         assert self._rids == [r.rid for r in run], (self._rids, run)
+        assert self._emit is None or self._emit.tolist() == self._rids, (self._emit, self._rids)
         assert self._sum_off == sum(r.off for r in run)
         grow = sorted((at, r.rid) for at, filed in self._grow.items() for r in filed)
         assert grow == sorted((r.npages * page - r.off, r.rid) for r in run), grow

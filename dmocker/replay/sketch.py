@@ -10,6 +10,7 @@ Split from :mod:`dmocker.replay.collector`, which re-exports these names.
 
 from __future__ import annotations
 
+import array
 import math
 from dataclasses import dataclass
 
@@ -257,7 +258,7 @@ class GapSketches:
     Gaps are staged once and folded into both sketches in bulk.
     """
 
-    __slots__ = ("itl", "per_user", "_buf", "_fill", "_wbuf", "_wts", "_wfill")
+    __slots__ = ("itl", "per_user", "_buf", "_fill", "_wbuf_a", "_wts_a", "_wbuf", "_wts", "_wfill")
 
     _BUFFER = 1 << 16
     _WBUFFER = 1 << 14
@@ -268,8 +269,12 @@ class GapSketches:
         self._buf = np.empty(self._BUFFER, dtype=np.float64)
         self._fill = 0
         # weighted gaps (a batch sharing one gap), staged with their weights
-        self._wbuf = np.empty(self._WBUFFER, dtype=np.float64)
-        self._wts = np.empty(self._WBUFFER, dtype=np.int64)
+        # (stdlib arrays, so that add_same -- once a pass -- stores two scalars without numpy's
+        # scalar indexing; the numpy views of the same memory take runs and folds)
+        self._wbuf_a = array.array("d", bytes(8 * self._WBUFFER))
+        self._wts_a = array.array("q", bytes(8 * self._WBUFFER))
+        self._wbuf: F64 = np.frombuffer(self._wbuf_a, dtype=np.float64)
+        self._wts: npt.NDArray[np.int64] = np.frombuffer(self._wts_a, dtype=np.int64)
         self._wfill = 0
 
     def add_many(self, gaps: F64) -> None:
@@ -311,8 +316,8 @@ class GapSketches:
         if f == self._WBUFFER:
             self.flush()
             f = 0
-        self._wbuf[f] = gap
-        self._wts[f] = weight
+        self._wbuf_a[f] = gap
+        self._wts_a[f] = weight
         self._wfill = f + 1
 
     def add_run(self, times: F64, weight: int) -> None:
