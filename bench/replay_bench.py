@@ -140,6 +140,15 @@ def write_trace(args: argparse.Namespace, path: str) -> None:
                                  "output_length": turn.output_length, "hash_ids": list(turn.hash_ids)}) + "\n")
 
 
+def _child_env(role: str) -> dict[str, str]:
+    """A child's environment.  Both children start as a ``dmocker`` process does
+    (dmocker/cli/__init__.py): no OpenBLAS thread pool, which neither replay uses."""
+    env = {"OPENBLAS_NUM_THREADS": "1", **os.environ, "DYN_LOG": "error"}
+    if role == "dmocker":
+        env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
 def _run_child(python: str, role: str, args: argparse.Namespace, trace: str | None) -> dict[str, object]:
     cmd = [python, os.path.abspath(__file__), "--child", role, "--requests", str(args.requests),
            "--seed", str(args.seed), "--engine", args.engine, "--prefix-ratio", str(args.prefix_ratio)]
@@ -150,11 +159,7 @@ def _run_child(python: str, role: str, args: argparse.Namespace, trace: str | No
     cmd += ["--router", args.router]
     if args.records:
         cmd += ["--records"]
-    # Both children start as a ``dmocker`` process does (dmocker/cli/__init__.py): no OpenBLAS
-    # thread pool, which neither replay uses.
-    env = {"OPENBLAS_NUM_THREADS": "1", **os.environ, "DYN_LOG": "error"}
-    if role == "dmocker":
-        env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env = _child_env(role)
     res = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if res.returncode != 0:
         raise SystemExit(f"{role} run failed:\n{res.stderr[-4000:]}")
@@ -250,11 +255,7 @@ def _run_workload(python: str, role: str, w: dict[str, object], trace: str,
                   records: str | None = None, router: str = "round-robin") -> dict[str, object]:
     """Run one workload in a fresh process; adds its whole-process CPU seconds (user + sys)."""
     spec = {**w, "role": role, "trace": trace, "records": records, "router": router}
-    # Both children start as a ``dmocker`` process does (dmocker/cli/__init__.py): no OpenBLAS
-    # thread pool, which neither replay uses.
-    env = {"OPENBLAS_NUM_THREADS": "1", **os.environ, "DYN_LOG": "error"}
-    if role == "dmocker":
-        env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env = _child_env(role)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     res = subprocess.run([python, os.path.abspath(__file__), "--child-workload", json.dumps(spec)],

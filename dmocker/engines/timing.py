@@ -9,6 +9,8 @@ what-if runs).  Both are divided by the speed-up ratios: prefill by ``speedup_ra
 
 from __future__ import annotations
 
+from typing import Final
+
 import numpy as np
 import numpy.typing as npt
 
@@ -36,10 +38,21 @@ def polynomial_prefill_ms(batch_size: int, new_tokens_per_request: int) -> float
     return 4.209989e-07 * t * t + 1.518344e-02 * t + 1.650142e01
 
 
+# The decode model's polynomial in the KV fill p: every path (scalar, numpy, bulk runs) uses
+# these, in the order ``_D2 * p * p + _D1 * p + _D0``, so all give the same floats.
+_D2: Final = -25.74
+_D1: Final = 54.01
+_D0: Final = 5.74
+
+
+def _decode_poly(p: float) -> float:
+    return _D2 * p * p + _D1 * p + _D0
+
+
 def polynomial_decode_ms(active_kv_tokens: int, total_kv_tokens: int) -> float:
     """``max(-25.74 p^2 + 54.01 p + 5.74, 1.0)`` with ``p = min(active / total, 1)``."""
     p = min(active_kv_tokens / total_kv_tokens, 1.0) if total_kv_tokens > 0 else 1.0
-    return max(-25.74 * p * p + 54.01 * p + 5.74, 1.0)
+    return max(_decode_poly(p), 1.0)
 
 
 class PassTiming:
@@ -89,7 +102,7 @@ class PassTiming:
             ms = np.full(n, self._fixed_decode, dtype=np.float64)
         elif self._total_kv > 0:
             p = np.minimum(active_kv_tokens / self._total_kv, 1.0)
-            ms = np.maximum(-25.74 * p * p + 54.01 * p + 5.74, 1.0)
+            ms = np.maximum(_D2 * p * p + _D1 * p + _D0, 1.0)
         else:
             ms = np.full(n, polynomial_decode_ms(0, 0), dtype=np.float64)
         return ms / self._decode_div
@@ -112,11 +125,11 @@ class PassTiming:
         elif self._total_kv > 0:
             p = active_kv_tokens / self._total_kv
             np.minimum(p, 1.0, out=p)
-            np.multiply(p, -25.74, out=ms)  # -25.74 * p * p + 54.01 * p + 5.74, in that order
+            np.multiply(p, _D2, out=ms)  # _D2 * p * p + _D1 * p + _D0, in that order
             ms *= p
-            p *= 54.01
+            p *= _D1
             ms += p
-            ms += 5.74
+            ms += _D0
             # (no max(ms, 1.0): for 0 <= p <= 1 the polynomial is at least 5.74, rounding
             # included, as active KV is never negative; and x / 1.0 == x)
             if self._decode_div != 1.0:
@@ -155,16 +168,11 @@ class PassTiming:
                 if p > 1.0:
                     p = 1.0
                 # as run_end_times: no max(., 1.0) (the polynomial is >= 5.74 on [0, 1])
-                end += (-25.74 * p * p + 54.01 * p + 5.74) / div
+                end += _decode_poly(p) / div
                 ends[i] = end
                 a += step
-        else:  # one duration for every pass
-            if batch_size <= 0:
-                ms = 0.0
-            elif self._fixed:
-                ms = self._fixed_decode / div
-            else:
-                ms = polynomial_decode_ms(0, 0) / div
+        else:  # one duration for every pass (fixed, no batch, or no KV total: p is then 1)
+            ms = self.decode_ms(batch_size, active0)
             for i in range(passes):
                 end += ms
                 ends[i] = end
