@@ -242,7 +242,25 @@ class BlockPool:
         """The runs covering ``hashes`` (all cached; a list the caller holds or a cached chain
         prefix), split so that each is a stretch of the list: the list is their concatenation.
         Each stretch starts a run (the module docstring says why; a KeyError otherwise)."""
-        return [run if m == len(run.keys) else self._carve(run, m) for run, m in self._stretches(hashes)]
+        # The stretch walk of _stretches, inlined (no generator frame, no tuple per stretch:
+        # this runs for every acquire, pin and release).  Carving a run adds the start of its
+        # rest, which the list diverges from (or has ended at), so later lookups are unaffected.
+        starts = self.starts
+        hs = hashes if isinstance(hashes, list) else list(hashes)
+        n = len(hs)
+        out: list[_Run] = []
+        i = 0
+        while i < n:
+            run = starts[hs[i]]
+            keys = run.keys
+            m = len(keys)
+            if i + m > n or hs[i:i + m] != keys:
+                m = _common(hs, i, keys, 0, min(m, n - i))
+                if m != len(keys):
+                    run = self._carve(run, m)
+            out.append(run)
+            i += m
+        return out
 
     def _stretches(self, hashes: Sequence[int]) -> Iterator[tuple[_Run, int]]:
         """The list (all cached) as stretches, in order: each is the first ``m`` blocks of a

@@ -27,6 +27,7 @@ from .routing import Pool, RouterConfig, RouterContext, parse_router
 from .runtime import DisaggRuntime
 from . import end_of_run as _end
 from .faults import FaultPlan
+from .gc_quiet import collect_rarely
 from .timeseries import TimeSeries, TimeSeriesRecorder, add_standard_gauges, finish as finish_timeseries
 from .workload import AdmissionQueue, MooncakeTrace, SyntheticSpec, SyntheticWorkload, Workload, WorkloadError
 
@@ -106,6 +107,7 @@ def _args_json(args: EngineArgs) -> dict[str, JsonValue]:
     return out
 
 
+@collect_rarely
 def run(
     trace: str | os.PathLike[str] | None = None,
     *,

@@ -21,6 +21,8 @@ from __future__ import annotations
 import array
 import enum
 import math
+from collections.abc import Callable
+from typing import Final, SupportsInt
 
 import numpy as np
 import numpy.typing as npt
@@ -54,9 +56,22 @@ _fmin = np.fmin.reduce
 _fmax = np.fmax.reduce
 
 
+def _c_count_nonzero() -> Callable[[npt.NDArray[np.bool_]], SupportsInt]:
+    """numpy's C ``count_nonzero``: ``np.count_nonzero`` wraps it in Python-level dispatch
+    (0.7 against 0.2 us a call)."""
+    try:
+        from numpy._core.multiarray import count_nonzero
+    except ImportError:  # pragma: no cover - numpy 1.x keeps it in numpy.core
+        return np.count_nonzero
+    return count_nonzero
+
+
+_count_nonzero: Final = _c_count_nonzero()
+
+
 def _count(a: npt.NDArray[np.bool_]) -> int:
     """Non-zero entries, as a Python int (compiled code checks the declared ``int``)."""
-    return int(np.count_nonzero(a))
+    return int(_count_nonzero(a))
 
 
 class Collector:

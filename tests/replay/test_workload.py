@@ -71,6 +71,30 @@ def test_sessions_link_turns_and_infer_delays(tmp_path: Path) -> None:
     assert t.load(1).next_request_id == NO_NEXT
 
 
+def test_index_of_a_trace_longer_than_the_row_buffer(tmp_path: Path) -> None:
+    """Rows are buffered and moved into the index's arrays in chunks (mooncake._FLUSH_ROWS):
+    every row's numbers and session links survive the chunk boundaries, blank lines included."""
+    from dmocker.replay.workload import mooncake
+
+    n = 2 * mooncake._FLUSH_ROWS + 37
+    lines: list[str] = []
+    for i in range(n):
+        sid = i % 5  # five sessions whose turns straddle every chunk boundary
+        ts = 10 * i
+        lines.append(_row(timestamp=ts, session_id=sid, input_length=100 + i % 97, output_length=1 + i % 13))
+        if i % 1000 == 999:
+            lines.append("")
+    t = MooncakeTrace(_write(tmp_path, lines))
+    assert t.num_requests == n
+    assert [s.request_id for s in t.session_starts()] == [0, 1, 2, 3, 4]
+    for i in (0, 4, mooncake._FLUSH_ROWS - 1, mooncake._FLUSH_ROWS, mooncake._FLUSH_ROWS + 3, n - 6, n - 1):
+        turn = t.load(i)
+        assert (turn.input_length, turn.output_length) == (100 + i % 97, 1 + i % 13)
+        assert turn.turn_index == i // 5
+        assert turn.next_request_id == (i + 5 if i + 5 < n else NO_NEXT)
+        assert turn.delay_ms == (0.0 if i < 5 else 50.0)
+
+
 def test_follow_up_turn_is_gated_on_the_previous_terminal(tmp_path: Path) -> None:
     p = _write(tmp_path, [_row(timestamp=0, session_id=1), _row(timestamp=10, session_id=1)])
     q = AdmissionQueue(MooncakeTrace(p))

@@ -64,6 +64,23 @@ def _kind(value: object) -> str:
     return repr(value)
 
 
+
+_FLUSH_ROWS = 4096  # rows buffered in lists before they move into the index's arrays
+
+
+def _flush(
+    offsets: array[int], b_off: list[int], inputs: array[int], b_in: list[int],
+    outputs: array[int], b_out: list[int], delays: array[float], b_delay: list[float],
+    sessions: array[int], b_session: list[int], turns: array[int], b_turn: list[int],
+) -> None:
+    """Move the buffered rows into the index's arrays (see MooncakeTrace._index)."""
+    for col, buf in ((offsets, b_off), (inputs, b_in), (outputs, b_out), (sessions, b_session), (turns, b_turn)):
+        col.fromlist(buf)
+        buf.clear()
+    delays.fromlist(b_delay)
+    b_delay.clear()
+
+
 class MooncakeTrace:
     """An indexed, validated Mooncake trace; implements the ``Workload`` protocol."""
 
@@ -155,14 +172,24 @@ class MooncakeTrace:
         return WorkloadError(message, path=self._path, line=line, field=field)
 
     def _index(self) -> None:
+        # Per-row columns.  Rows go to plain lists first (a list append is a native operation in
+        # the compiled module, an array's ``append`` a generic method call), moved into the
+        # arrays every _FLUSH_ROWS rows so the lists never hold more than that many Python ints.
         offsets = array("q")
         inputs = array("q")
         outputs = array("q")
-        stamps = array("d")  # raw timestamps (NaN when absent)
         delays = array("d")  # raw delay before speed-up
-        nexts = array("q")
         sessions = array("q")
         turns = array("q")
+        b_off: list[int] = []
+        b_in: list[int] = []
+        b_out: list[int] = []
+        b_delay: list[float] = []
+        b_session: list[int] = []
+        b_turn: list[int] = []
+        # a later turn's row -> its predecessor's row (the ``next`` column is filled at the end)
+        link_from: list[int] = []
+        link_to: list[int] = []
         session_of: dict[object, int] = {}
         session_last_row: list[int] = []
         session_last_ts: list[float] = []
@@ -190,7 +217,7 @@ class MooncakeTrace:
                     continue
                 row = self._parse_line(raw_line, lineno)
                 ts, delay, sid, input_length, output_length = self._check_row(row, lineno)
-                row_idx = len(offsets)
+                row_idx = len(offsets) + len(b_off)
                 if sid is None:
                     session = len(session_last_row)
                     session_last_row.append(row_idx)
@@ -211,8 +238,8 @@ class MooncakeTrace:
                         session = found
                         turn_index = session_turns[session]
                         session_turns[session] += 1
-                        prev = session_last_row[session]
-                        nexts[prev] = row_idx
+                        link_from.append(session_last_row[session])
+                        link_to.append(row_idx)
                         session_last_row[session] = row_idx
                 if turn_index == 0:
                     if delay is not None and delay != 0.0:
@@ -244,14 +271,17 @@ class MooncakeTrace:
                         )
                 if ts is not None:
                     session_last_ts[session] = ts
-                offsets.append(start)
-                inputs.append(input_length)
-                outputs.append(output_length)
-                stamps.append(math.nan if ts is None else ts)
-                delays.append(delay_value)
-                nexts.append(NO_NEXT)
-                sessions.append(session)
-                turns.append(turn_index)
+                b_off.append(start)
+                b_in.append(input_length)
+                b_out.append(output_length)
+                b_delay.append(delay_value)
+                b_session.append(session)
+                b_turn.append(turn_index)
+                if len(b_off) >= _FLUSH_ROWS:
+                    _flush(offsets, b_off, inputs, b_in, outputs, b_out, delays, b_delay,
+                           sessions, b_session, turns, b_turn)
+            _flush(offsets, b_off, inputs, b_in, outputs, b_out, delays, b_delay,
+                   sessions, b_session, turns, b_turn)
 
         if len(offsets) == 0:
             raise self._err(
@@ -267,6 +297,9 @@ class MooncakeTrace:
         if self._speedup != 1.0:
             delays = array("d", (np.frombuffer(delays, dtype=np.float64) / self._speedup).tobytes())
         self._delay = delays
+        nexts = array("q", [NO_NEXT]) * len(offsets)
+        if link_from:
+            np.frombuffer(nexts, dtype=np.int64)[np.array(link_from, dtype=np.int64)] = link_to
         self._next = nexts
         self._session = sessions
         self._turn = turns
@@ -277,7 +310,6 @@ class MooncakeTrace:
         order = np.lexsort((fr, arrival))
         self._first_rows: npt.NDArray[np.int64] = fr[order].copy()
         self._first_arrival: npt.NDArray[np.float64] = arrival[order].copy()
-        del stamps
 
     def _parse_line(self, raw_line: bytes, lineno: int) -> dict[str, Any]:
         try:

@@ -1,0 +1,97 @@
+"""``collect_rarely`` (dmocker/replay/gc_quiet.py): a run changes the cyclic collector's
+settings only while it runs, and leaves a caller's own settings alone."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+
+import pytest
+
+from dmocker.replay import run
+from dmocker.replay.gc_quiet import YOUNG_THRESHOLD, collect_rarely
+
+
+@pytest.fixture(autouse=True)
+def _restore_gc() -> Iterator[None]:
+    threshold, enabled = gc.get_threshold(), gc.isenabled()
+    yield
+    gc.set_threshold(*threshold)
+    gc.unfreeze()
+    (gc.enable if enabled else gc.disable)()
+
+
+def test_settings_hold_during_the_call_and_are_restored_after() -> None:
+    gc.set_threshold(700, 10, 10)
+    seen: list[tuple[tuple[int, int, int], int]] = []
+
+    @collect_rarely
+    def body() -> str:
+        seen.append((gc.get_threshold(), gc.get_freeze_count()))
+        return "done"
+
+    assert body() == "done"
+    assert seen[0][0] == (YOUNG_THRESHOLD, 10, 10)
+    assert seen[0][1] > 0  # what existed before the call is frozen
+    assert gc.get_threshold() == (700, 10, 10)
+    assert gc.get_freeze_count() == 0
+
+
+def test_restored_when_the_call_raises() -> None:
+    gc.set_threshold(700, 10, 10)
+
+    @collect_rarely
+    def body() -> None:
+        raise KeyError("boom")
+
+    with pytest.raises(KeyError):
+        body()
+    assert gc.get_threshold() == (700, 10, 10)
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_caller_that_disabled_the_collector_or_froze_objects_is_left_alone() -> None:
+    gc.set_threshold(700, 10, 10)
+    gc.disable()
+    seen: list[tuple[int, int, int]] = []
+
+    @collect_rarely
+    def body() -> None:
+        seen.append(gc.get_threshold())
+
+    body()
+    assert seen == [(700, 10, 10)]
+    assert not gc.isenabled()
+
+    gc.enable()
+    gc.freeze()
+    frozen = gc.get_freeze_count()
+    body()
+    assert seen[-1] == (YOUNG_THRESHOLD, 10, 10)
+    assert gc.get_freeze_count() == frozen  # the caller's frozen objects stay frozen
+
+
+def test_nested_calls_keep_the_outer_settings() -> None:
+    gc.set_threshold(700, 10, 10)
+    inner: list[int] = []
+
+    @collect_rarely
+    def child() -> None:
+        inner.append(gc.get_threshold()[0])
+
+    @collect_rarely
+    def parent() -> None:
+        child()
+        inner.append(gc.get_threshold()[0])
+
+    parent()
+    assert inner == [YOUNG_THRESHOLD, YOUNG_THRESHOLD]
+    assert gc.get_threshold() == (700, 10, 10)
+
+
+def test_a_replay_leaves_the_process_settings_as_they_were() -> None:
+    gc.set_threshold(700, 10, 10)
+    report = run(synthetic=30, prefill_workers=1, decode_workers=1)
+    assert report.summary["completed_requests"] == 30
+    assert gc.get_threshold() == (700, 10, 10)
+    assert gc.get_freeze_count() == 0
