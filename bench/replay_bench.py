@@ -316,8 +316,13 @@ def outputs(args: argparse.Namespace) -> None:
                 fh.write(json.dumps(res["summary"], sort_keys=True, indent=1) + "\n")
             digests = []
             for path in (summary_path, records):
+                # in chunks: reading a 100k-request records file whole would raise this process's
+                # RSS, and a child forked afterwards reports the parent's peak as its own
+                md5 = hashlib.md5()
                 with open(path, "rb") as fh:
-                    digests.append(hashlib.md5(fh.read()).hexdigest())
+                    for chunk in iter(lambda: fh.read(1 << 20), b""):
+                        md5.update(chunk)
+                digests.append(md5.hexdigest())
             print(f"{w['name']}: summary {digests[0]} records {digests[1]} "
                   f"({float(res['process_cpu_s']):.2f} cpu-s, {float(res['rss_mb']):.0f} MB)", flush=True)  # type: ignore[arg-type]
 

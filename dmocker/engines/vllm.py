@@ -90,26 +90,26 @@ class VllmWorker(LockstepDecode):
         self.pool = BlockPool(args.num_gpu_blocks, record=self._record)
         self._timing = PassTiming(args)
         self._busy = False
-        self._completion: PassCompletion | None = None
+        self._completion = None
         self._gen = 0  # capacity generation (destination retry gating)
-        self._live: dict[int, VllmRequest] = {}  # every request id this worker knows
-        self._waiting: deque[VllmRequest] = deque()
+        self._live = {}  # every request id this worker knows
+        self._waiting = deque()
         self._reserved_seq = 0  # destinations reserved so far (their waiting-queue order)
         self._preempted_seq = 0  # minus the preemptions so far (they queue in front)
-        self._run: dict[int, VllmRequest] = {}  # running, in running order
+        self._run = {}  # running, in running order
         # lockstep state
         self._lock = False
         self._K = 0  # passes started so far
         self._bcount = [0] * self._bs
         self._sum_po = 0  # sum of prompt + off over lockstep running requests
-        self._finish_at: dict[int, list[VllmRequest]] = {}
-        self._rid_arr: I64 | None = None
+        self._finish_at = {}
+        self._rid_arr = None
         # handoff registries (insertion-ordered: deterministic)
-        self._sources: dict[Hashable, VllmRequest] = {}  # pending or held sources by handoff id
-        self._pending: deque[tuple[VllmRequest, int]] = deque()  # (request, last attempted generation)
-        self._pending_ids: set[Hashable] = set()
-        self._reserved: dict[Hashable, VllmRequest] = {}
-        self._active_dest: dict[Hashable, VllmRequest] = {}
+        self._sources = {}  # pending or held sources by handoff id
+        self._pending = deque()  # (request, last attempted generation)
+        self._pending_ids = set()
+        self._reserved = {}
+        self._active_dest = {}
         self._lifecycle: list[LifecycleEvent] = []
         # counters (telemetry, tests)
         self.preemptions = 0
@@ -117,7 +117,7 @@ class VllmWorker(LockstepDecode):
         self.exact_passes = 0
         # the bulk decode run in flight: (start ms, pass end times, K before, blocks taken by
         # the end of each pass, free blocks before, blocks evicted)
-        self._bulk: tuple[float, npt.NDArray[np.float64], int, Demand, int, list[int]] | None = None
+        self._bulk = None
         self.bulk_runs = 0
         self.bulk_joins = 0  # runs whose first pass admits activated requests
         self.bulk_tails = 0  # runs whose last pass finishes requests

@@ -144,10 +144,10 @@ class DisaggRuntime(ClusterControl):
     ) -> None:
         self.now_ms = 0.0
         self._sampler = sampler  # time series for the HTML report; None unless asked
-        self._make_coord: CoordinatorFactory = coordinator_factory or HandoffCoordinator
-        self._timers: dict[int, Callable[[], None]] = {}
+        self._make_coord = coordinator_factory or HandoffCoordinator
+        self._timers = {}
         self._pool_gone = [False, False]  # per stage: empty for good (no restart): acquires fail
-        self._acquire_hooks: dict[int, Callable[[], bool]] = {}  # request -> "fail this acquire?"
+        self._acquire_hooks = {}  # request -> "fail this acquire?"
         self._timer_seq = 0
         # Bulk decode runs (workers compute the passes until their batch changes at once;
         # see _settle).  A planner settles the workers it reads first (settle_worker), so its
@@ -159,7 +159,7 @@ class DisaggRuntime(ClusterControl):
         self._bulk = bulk and max_sim_time_ms is None
         self._pools_started = False  # this time step is past its first pool phase
         # a bulk run's push: (time, rank of that push, rank of a first-round push of its pool)
-        self._run_push: dict[tuple[int, int], tuple[float, int, int]] = {}
+        self._run_push = {}
         # Bulk runs that get cut within a few passes cost more than those passes one by one
         # (a run start and a cut against a few cheap passes): a decode worker whose run was cut
         # that early runs its next passes one by one, for 4, 8, ... up to 64 passes while cuts
@@ -169,21 +169,21 @@ class DisaggRuntime(ClusterControl):
         self._solo: dict[int, int] = {}  # decode worker -> passes left to run one by one
         self._solo_next: dict[int, int] = {}  # decode worker -> length of its next one-by-one stretch
         self._admission = admission
-        self._workers: tuple[list[EngineWorker], list[EngineWorker]] = (prefill_workers, decode_workers)
-        self._active: tuple[list[int], list[int]] = (
+        self._workers = (prefill_workers, decode_workers)
+        self._active = (
             list(range(len(prefill_workers))),
             list(range(len(decode_workers))),
         )
         # Workers that run passes: the routable ones (_active) plus, with a planner, draining ones.
-        self._serving: tuple[list[int], list[int]] = self._active
-        self._routers: tuple[Router, Router] = (prefill_router or RoundRobin(), decode_router or RoundRobin())
+        self._serving = self._active
+        self._routers = (prefill_router or RoundRobin(), decode_router or RoundRobin())
         # ---- routing hook (dmocker.replay.routing): requests a router holds in its queue, the
         # overlap each routed request saw (records), and whether the routers need the signals
         # round robin ignores (prefill completion, KV events).
-        self._held: tuple[dict[int, _Queued], dict[int, _Queued]] = ({}, {})
+        self._held = ({}, {})
         self._route_signals = not all(type(r) is RoundRobin for r in self._routers)
         self._kv_feed = self._routers[0].wants_kv_events
-        self._route_overlap: tuple[dict[int, int], dict[int, int]] | None = (
+        self._route_overlap = (
             ({}, {}) if self._route_signals else None
         )
         self._pool_reuse = [0, 0, 0]  # completed: prefill reused, decode reused, input tokens
@@ -201,19 +201,19 @@ class DisaggRuntime(ClusterControl):
         self._on_retired = on_retired
         self._fallback = fallback_transfer_delay_ms
 
-        self._events: EventQueue[tuple[int, int]] = EventQueue()
-        self._live: dict[int, _Req] = {}
+        self._events = EventQueue()
+        self._live = {}
         self._in_flight = 0
         self._stale = 0
         self._stale_pruned = 0
-        self._pending: deque[_Queued] = deque()
-        self._waiting: tuple[deque[_Queued], deque[_Queued]] = (deque(), deque())
-        self._deferred: tuple[dict[int, deque[_Queued]], dict[int, deque[_Queued]]] = ({}, {})
+        self._pending = deque()
+        self._waiting = (deque(), deque())
+        self._deferred = ({}, {})
         self._source_output_tokens = 0
         # A worker is "dirty" when something happened to it since its last start_pass
         # returned None (a command, a pass completion): only dirty idle workers are asked to
         # start a pass, because start_pass is a pure function of the worker's state.
-        self._dirty: tuple[list[bool], list[bool]] = (
+        self._dirty = (
             [True] * len(prefill_workers),
             [True] * len(decode_workers),
         )
@@ -226,7 +226,7 @@ class DisaggRuntime(ClusterControl):
         if planner is not None:
             self._serving = (list(self._active[0]), list(self._active[1]))
             planner.attach(self)
-        self._hash_cache: dict[int, tuple[int, ...]] = {}
+        self._hash_cache = {}
         admission.set_prefetch(self._prefetch_hashes)
         if events is not None:
             events.write('{"dmocker_event_log":"1.0"}\n')

@@ -11,6 +11,7 @@ are checked the same way by their output md5s (``--outputs``).
 
 from __future__ import annotations
 
+import ast
 import os
 import runpy
 import shutil
@@ -63,3 +64,47 @@ def test_compiled_and_interpreted_replays_are_byte_identical(tmp_path: Path) -> 
         b = (tmp_path / "interpreted" / name).read_bytes()
         assert a == b, f"{name}: compiled and interpreted replays differ"
     assert any((tmp_path / "compiled" / n).stat().st_size > 0 for n in names if n.endswith("records.jsonl"))
+
+
+def _declared_attributes() -> dict[str, tuple[set[str], list[str], ast.ClassDef, str]]:
+    """Every class of the compiled modules: (attributes its body declares, base names, node, path)."""
+    out: dict[str, tuple[set[str], list[str], ast.ClassDef, str]] = {}
+    for path in COMPILED:
+        tree = ast.parse((ROOT / path).read_text())
+        for node in tree.body:
+            if not isinstance(node, ast.ClassDef):
+                continue
+            declared = {s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
+            bases = [b.value.id if isinstance(b, ast.Subscript) and isinstance(b.value, ast.Name)
+                     else b.id if isinstance(b, ast.Name) else "" for b in node.bases]
+            out[node.name] = (declared, bases, node, path)
+    return out
+
+
+def test_no_compiled_class_declares_an_inherited_attribute_again() -> None:
+    """mypyc lists an attribute annotated both in a base class and again in a subclass (in its
+    body or as ``self.x: T = ...``) twice in the subclass's GC traversal, though the object
+    holds one reference: the collector's reference counting is then off by one per such field,
+    and an object held there and by a long-lived container can be judged garbage and cleared
+    (seen: a user router's ``__dict__`` emptied after a run).  Subclasses assign inherited
+    attributes without an annotation."""
+    classes = _declared_attributes()
+
+    def inherited(name: str) -> set[str]:
+        _, bases, _, _ = classes[name]
+        got: set[str] = set()
+        for b in bases:
+            if b in classes:
+                got |= classes[b][0] | inherited(b)
+        return got
+
+    offenders: list[str] = []
+    for name, (declared, _, node, path) in classes.items():
+        base_attrs = inherited(name)
+        offenders += [f"{path}:{name}.{a} (class body)" for a in sorted(declared & base_attrs)]
+        for fn in ast.walk(node):
+            if isinstance(fn, ast.AnnAssign) and isinstance(fn.target, ast.Attribute) \
+                    and isinstance(fn.target.value, ast.Name) and fn.target.value.id == "self" \
+                    and fn.target.attr in base_attrs:
+                offenders.append(f"{path}:{fn.lineno}: self.{fn.target.attr}")
+    assert not offenders, offenders

@@ -116,6 +116,9 @@ def test_queue_threshold_runs_to_completion_with_every_policy() -> None:
 
 
 def test_user_router_is_told_everything_and_its_choice_is_used(tmp_path: Path) -> None:
+    from tests.replay.user_routers import LastWorker
+
+    LastWorker.made.clear()
     out = tmp_path / "r.jsonl"
     report = run(**SESSIONS, engine="vllm", prefill_workers=3, decode_workers=2,
                  router="tests.replay.user_routers:LastWorker", per_request=out)
@@ -123,6 +126,12 @@ def test_user_router_is_told_everything_and_its_choice_is_used(tmp_path: Path) -
     assert {r["prefill_worker_idx"] for r in recs} == {2} and {r["decode_worker_idx"] for r in recs} == {1}
     assert report.summary["router_mode"] == "tests.replay.user_routers:LastWorker"
     assert report.config["router"] == "tests.replay.user_routers:LastWorker"
+    prefill, decode = LastWorker.made
+    # the class attribute wants_kv_events = True overrides the (compiled) base's property
+    assert prefill.kv_batches > 0 and decode.kv_batches == 0
+    n = len(recs)
+    assert sorted(prefill.prefill_done) == sorted(r["request_id"] for r in recs) and len(prefill.freed) == n
+    assert decode.prefill_done == [] and len(decode.freed) == n
 
 
 def test_a_router_answering_a_worker_outside_the_pool_is_an_error_naming_the_request() -> None:

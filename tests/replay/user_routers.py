@@ -9,10 +9,12 @@ from dmocker.replay.routing import BaseRouter
 class LastWorker(BaseRouter):
     """Sends everything to the pool's highest-index worker and records what it was told."""
 
-    wants_kv_events = True
+    wants_kv_events = True  # a class attribute overriding the base's property
+    made: list[LastWorker] = []  # every instance, for the test to inspect
 
     def __init__(self, context: object) -> None:
         super().__init__(context)  # type: ignore[arg-type]
+        LastWorker.made.append(self)
         self.kv_batches = 0
         self.prefill_done: list[int] = []
         self.freed: list[int] = []
