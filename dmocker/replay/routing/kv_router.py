@@ -42,7 +42,8 @@ from dmocker.engines.interface import EngineRequest, KvEvent
 
 from .config import RouterConfig
 from .kv_index import KvIndex
-from .protocol import NO_ADMISSIONS, Admission, BaseRouter, Pool, RouterContext
+from .base import NO_ADMISSIONS, Admission, BaseRouter
+from .protocol import Pool, RouterContext
 from .queue import RouterQueue
 
 __all__ = ["KvRouter"]
@@ -58,7 +59,6 @@ class KvRouter(BaseRouter):
         cfg = (config or RouterConfig()).validate()
         self.config = cfg
         prefill = context.pool is Pool.PREFILL
-        self.wants_kv_events = prefill
         self._prefill = prefill
         self._credit = cfg.overlap_score_credit if prefill else 0.0
         self._decay = cfg.overlap_score_credit_decay if prefill else 0.0
@@ -85,6 +85,11 @@ class KvRouter(BaseRouter):
         self._fast = threshold is None and cfg.router_temperature <= 0.0
 
     # ------------------------------------------------------------------ protocol
+
+    @property
+    def wants_kv_events(self) -> bool:
+        """The prefill pool's router reads the engines' KV events; the decode pool's does not."""
+        return self._prefill
 
     def route(self, request: EngineRequest, now_ms: float) -> int | None:
         if self._lagged:

@@ -40,12 +40,10 @@ from typing import Protocol, runtime_checkable
 
 from dmocker.engines.interface import EngineRequest, KvEvent
 
+from .base import NO_ADMISSIONS, Admission, BaseRouter
+
 __all__ = ["Admission", "BaseRouter", "Pool", "Router", "RouterContext", "RouterError", "NO_ADMISSIONS"]
 
-Admission = tuple[int, int]
-"""A held request released to a worker: ``(request_id, worker)``."""
-
-NO_ADMISSIONS: tuple[Admission, ...] = ()
 
 
 class RouterError(ValueError):
@@ -79,7 +77,10 @@ class RouterContext:
 class Router(Protocol):
     """A pool's router (see the module docstring for when each method is called)."""
 
-    wants_kv_events: bool
+    @property
+    def wants_kv_events(self) -> bool:
+        """Whether the runtime delivers the prefill engines' KV events (read once, at start)."""
+        ...
 
     def route(self, request: EngineRequest, now_ms: float) -> int | None: ...
 
@@ -94,43 +95,3 @@ class Router(Protocol):
     def remove_worker(self, worker: int, now_ms: float) -> Sequence[Admission]: ...
 
     def overlap_tokens(self, request_id: int) -> int: ...
-
-
-class BaseRouter:
-    """Convenience base for user routers: tracks the pool's workers, ignores every signal.
-
-    Subclass it and override :meth:`route` (and whichever notifications the policy needs);
-    ``self.workers`` is the pool's current worker indices, ascending.
-    """
-
-    wants_kv_events = False
-
-    def __init__(self, context: RouterContext | None = None) -> None:
-        self.context = context
-        self.workers: list[int] = []
-
-    def route(self, request: EngineRequest, now_ms: float) -> int | None:
-        raise NotImplementedError
-
-    def on_kv_events(self, worker: int, events: Sequence[KvEvent], now_ms: float) -> None:
-        return None
-
-    def on_prefill_complete(self, request_id: int, now_ms: float) -> Sequence[Admission]:
-        return NO_ADMISSIONS
-
-    def on_free(self, request_id: int, now_ms: float) -> Sequence[Admission]:
-        return NO_ADMISSIONS
-
-    def add_worker(self, worker: int, now_ms: float) -> Sequence[Admission]:
-        if worker not in self.workers:
-            self.workers.append(worker)
-            self.workers.sort()
-        return NO_ADMISSIONS
-
-    def remove_worker(self, worker: int, now_ms: float) -> Sequence[Admission]:
-        if worker in self.workers:
-            self.workers.remove(worker)
-        return NO_ADMISSIONS
-
-    def overlap_tokens(self, request_id: int) -> int:
-        return 0

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dmocker.engines.interface import EngineRequest
 
-from .protocol import BaseRouter, RouterContext
+from .base import BaseRouter
+from .protocol import RouterContext
 
 __all__ = ["RoundRobin"]
 
