@@ -91,7 +91,7 @@ include the block position and generated ids are a range.
 from __future__ import annotations
 
 from itertools import repeat
-from typing import Iterator, Sequence, TypeAlias
+from typing import Sequence, TypeAlias
 
 from dmocker.engines.hashing import HASH_BITS
 
@@ -195,7 +195,8 @@ class BlockPool:
         """The reference count of each hash of a list the caller holds (all cached, a list it
         could :meth:`release`), in order."""
         out: list[int] = []
-        for run, m in self._stretches(hashes):
+        runs, lengths = self._stretches(hashes, False)
+        for run, m in zip(runs, lengths):
             out += repeat(run.refs, m)
         return out
 
@@ -242,33 +243,21 @@ class BlockPool:
         """The runs covering ``hashes`` (all cached; a list the caller holds or a cached chain
         prefix), split so that each is a stretch of the list: the list is their concatenation.
         Each stretch starts a run (the module docstring says why; a KeyError otherwise)."""
-        # The stretch walk of _stretches, inlined (no generator frame, no tuple per stretch:
-        # this runs for every acquire, pin and release).  Carving a run adds the start of its
-        # rest, which the list diverges from (or has ended at), so later lookups are unaffected.
-        starts = self.starts
-        hs = hashes if isinstance(hashes, list) else list(hashes)
-        n = len(hs)
-        out: list[_Run] = []
-        i = 0
-        while i < n:
-            run = starts[hs[i]]
-            keys = run.keys
-            m = len(keys)
-            if i + m > n or hs[i:i + m] != keys:
-                m = _common(hs, i, keys, 0, min(m, n - i))
-                if m != len(keys):
-                    run = self._carve(run, m)
-            out.append(run)
-            i += m
-        return out
+        return self._stretches(hashes, True)[0]
 
-    def _stretches(self, hashes: Sequence[int]) -> Iterator[tuple[_Run, int]]:
-        """The list (all cached) as stretches, in order: each is the first ``m`` blocks of a
-        run its first hash starts (a KeyError otherwise).  A caller may split the run it was
-        just given before asking for the next stretch."""
+    def _stretches(self, hashes: Sequence[int], carve: bool) -> tuple[list[_Run], list[int]]:
+        """The list (all cached) as stretches, in order: the runs and, for each, how many of
+        its first blocks the stretch covers (a KeyError when a stretch starts no run).  With
+        ``carve`` a run the list leaves early is split there (so each run is its stretch).
+
+        Two lists, not a generator of pairs: this runs for every acquire, pin and release.
+        Carving a run adds the start of its rest, which the list diverges from (or has ended
+        at), so later lookups are unaffected."""
         starts = self.starts
         hs = hashes if isinstance(hashes, list) else list(hashes)
         n = len(hs)
+        runs: list[_Run] = []
+        lengths: list[int] = []
         i = 0
         while i < n:
             run = starts[hs[i]]
@@ -276,8 +265,12 @@ class BlockPool:
             m = len(keys)
             if i + m > n or hs[i:i + m] != keys:
                 m = _common(hs, i, keys, 0, min(m, n - i))
-            yield run, m
+                if carve and m != len(keys):
+                    run = self._carve(run, m)
+            runs.append(run)
+            lengths.append(m)
             i += m
+        return runs, lengths
 
     def _carve(self, run: _Run, m: int) -> _Run:
         """Split ``run`` after its first ``m`` blocks: ``run`` keeps them (and its start, so no
