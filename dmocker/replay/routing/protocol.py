@@ -45,7 +45,6 @@ from .base import NO_ADMISSIONS, Admission, BaseRouter
 __all__ = ["Admission", "BaseRouter", "Pool", "Router", "RouterContext", "RouterError", "NO_ADMISSIONS"]
 
 
-
 class RouterError(ValueError):
     """A router broke its contract (e.g. returned a worker that is not in its pool)."""
 

@@ -64,17 +64,14 @@ def _kind(value: object) -> str:
     return repr(value)
 
 
-
 _FLUSH_ROWS = 4096  # rows buffered in lists before they move into the index's arrays
 
+_IntColumns = tuple[tuple["array[int]", list[int]], ...]
 
-def _flush(
-    offsets: array[int], b_off: list[int], inputs: array[int], b_in: list[int],
-    outputs: array[int], b_out: list[int], delays: array[float], b_delay: list[float],
-    sessions: array[int], b_session: list[int], turns: array[int], b_turn: list[int],
-) -> None:
+
+def _flush(int_columns: _IntColumns, delays: array[float], b_delay: list[float]) -> None:
     """Move the buffered rows into the index's arrays (see MooncakeTrace._index)."""
-    for col, buf in ((offsets, b_off), (inputs, b_in), (outputs, b_out), (sessions, b_session), (turns, b_turn)):
+    for col, buf in int_columns:
         col.fromlist(buf)
         buf.clear()
     delays.fromlist(b_delay)
@@ -187,6 +184,9 @@ class MooncakeTrace:
         b_delay: list[float] = []
         b_session: list[int] = []
         b_turn: list[int] = []
+        int_columns: _IntColumns = (
+            (offsets, b_off), (inputs, b_in), (outputs, b_out), (sessions, b_session), (turns, b_turn)
+        )
         # a later turn's row -> its predecessor's row (the ``next`` column is filled at the end)
         link_from: list[int] = []
         link_to: list[int] = []
@@ -278,10 +278,8 @@ class MooncakeTrace:
                 b_session.append(session)
                 b_turn.append(turn_index)
                 if len(b_off) >= _FLUSH_ROWS:
-                    _flush(offsets, b_off, inputs, b_in, outputs, b_out, delays, b_delay,
-                           sessions, b_session, turns, b_turn)
-            _flush(offsets, b_off, inputs, b_in, outputs, b_out, delays, b_delay,
-                   sessions, b_session, turns, b_turn)
+                    _flush(int_columns, delays, b_delay)
+            _flush(int_columns, delays, b_delay)
 
         if len(offsets) == 0:
             raise self._err(
