@@ -32,6 +32,7 @@ COMPILED = [
     "dmocker/engines/vllm_request.py",
     "dmocker/handoff/_coordinator.py",
     "dmocker/handoff/_table.py",
+    "dmocker/handoff/_types.py",
     "dmocker/replay/actions.py",
     "dmocker/replay/cluster_control.py",
     "dmocker/replay/collector.py",

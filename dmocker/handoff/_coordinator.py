@@ -14,7 +14,7 @@ proceeds.
 from __future__ import annotations
 
 import math
-from typing import Callable, Final, Hashable, Mapping
+from typing import Callable, Final, Hashable, Mapping, cast
 
 from mypy_extensions import mypyc_attr
 
@@ -48,29 +48,15 @@ from dmocker.handoff._types import (
 _ACTION_TYPES: Final[Mapping[str, type]] = ACTION_CLASSES
 _ACTION_NAMES: Final[dict[type, str]] = {cls: name for name, cls in ACTION_CLASSES.items()}
 _FACT_NAMES: Final[dict[type, str]] = {cls: name for name, cls in FACT_CLASSES.items()}
+# Every action but StartTransfer carries its handoff id only: built by calling its class.
+_BY_HANDOFF_ID: Final[dict[str, Callable[[Hashable], Action]]] = {
+    name: cast(Callable[[Hashable], Action], cls) for name, cls in ACTION_CLASSES.items() if cls is not StartTransfer
+}
 
 
 # One shared message-less Outcome per kind value, journalled by on_outcome_kind (outcomes are
 # frozen values compared with ==, so sharing them is invisible).
 _PLAIN_OUTCOMES: Final[dict[str, Outcome]] = {kind.value: Outcome(kind) for kind in OutcomeKind}
-
-
-def _slot_setter(cls: type, field: str) -> Callable[[object, object], None]:
-    """The raw slot setter of a frozen slots dataclass field (bypasses the frozen __setattr__).
-
-    _commit builds the actions it issues with ``object.__new__`` plus these setters, filling
-    every field: for a frozen dataclass without ``__post_init__`` that is the same object its
-    ``__init__`` builds (equal, same hash and repr), at a third of the cost.  A class that is not
-    a slots dataclass fails here, at import, not silently later.
-    """
-    setter: Callable[[object, object], None] = cls.__dict__[field].__set__
-    return setter
-
-
-_new: Final = object.__new__
-_SET_DELAY: Final = _slot_setter(StartTransfer, "delay_ms")
-_SET_ISSUED_ID: Final = _slot_setter(IssuedAction, "id")
-_SET_ISSUED_ACTION: Final = _slot_setter(IssuedAction, "action")
 
 
 _isfinite: Final = math.isfinite
@@ -89,8 +75,7 @@ class _Plan:
         self.tag = STEP_TAG
         self.next = step.next
         self.emits = tuple(
-            (_ACTION_TYPES[name], _slot_setter(_ACTION_TYPES[name], "handoff_id"), name == "StartTransfer", name in clears)
-            for name in step.emits
+            (_BY_HANDOFF_ID.get(name), name in clears) for name in step.emits
         )
         self.checks = step.checks
         self.store_timing = "transfer_timing" in step.stores
@@ -438,20 +423,17 @@ class HandoffCoordinator:
         if not plan.emits:
             return issued
         hid = self._handoff_id
-        for ctor, set_hid, is_transfer, clears in plan.emits:
-            # The frozen values are built by filling their slots directly (see _fill): the
-            # generated frozen __init__ costs ~3x more, and the objects are the same.
-            action: Action = _new(ctor)
-            set_hid(action, hid)
-            if is_transfer:
-                _SET_DELAY(action, delay)
+        for ctor, clears in plan.emits:
+            action: Action
+            if ctor is None:  # StartTransfer, the one action with a payload
+                assert delay is not None  # a transfer step is guarded: its delay is set above
+                action = StartTransfer(hid, delay)
+            else:
+                action = ctor(hid)
             aid = self._next_id
             self._next_id = aid + 1
             self._issued[aid] = action
-            entry = _new(IssuedAction)
-            _SET_ISSUED_ID(entry, aid)
-            _SET_ISSUED_ACTION(entry, action)
-            issued.append(entry)
+            issued.append(IssuedAction(aid, action))
             if clears:
                 self._issued.clear()
                 self._outcomes.clear()

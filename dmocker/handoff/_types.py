@@ -3,15 +3,19 @@
 These are the words the coordinator and its drivers speak.  They are plain frozen values with
 no behaviour beyond the transfer-delay formula, so that a driver (the replay, the checker, a
 user's harness) can build, compare and store them freely.
+
+They are compiled with the replay's core (``setup.py``): the coordinator and the engines build
+several per simulated request, and a compiled class is built by a direct call with its fields
+stored in C slots.  Each is a ``@final`` dataclass with ``Final`` fields and an explicit
+``__init__`` (so equality, hashing and ``repr`` are the dataclass's own, field by field), the
+shape mypyc compiles to a native class; interpreted (``DMOCKER_PURE``) they behave the same.
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Hashable, TypeAlias, Union
-
-from dmocker._frozen import fast_frozen_init
+from typing import Final, Hashable, TypeAlias, TypeVar, Union, final
 
 
 class HandoffOrder(enum.Enum):
@@ -64,20 +68,53 @@ class TransferTimingMode(enum.Enum):
     DESTINATION_MISSING = "destination-missing"
 
 
-@fast_frozen_init  # built per request on the replay's hot path
-@dataclass(frozen=True, slots=True)
-class TransferTiming:
+_V = TypeVar("_V", bound="_Value")
+
+
+class _Value:
+    """Base of the protocol's values.  They are immutable (``Final`` fields: the compiled build
+    raises AttributeError on assignment), so a copy is the value itself; and they pickle by
+    their fields (a compiled class has no field-less constructor for the default protocol)."""
+
+    def __copy__(self: _V) -> _V:
+        return self
+
+    def __deepcopy__(self: _V, memo: dict[int, object]) -> _V:
+        return self
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        names: dict[str, object] = getattr(type(self), "__dataclass_fields__")
+        return type(self), tuple(getattr(self, name) for name in names)
+
+
+@final
+@dataclass(init=False, slots=True, unsafe_hash=True)
+class TransferTiming(_Value):
     """What the source knows about the transfer cost when its KV is held.
 
     ``delay_ms`` is None when there is no model (bytes per token or bandwidth missing, or the
     bandwidth is not positive); the coordinator then uses its fallback delay.
     """
 
-    mode: TransferTimingMode
-    full_prompt_tokens: int
-    kv_bytes_per_token: int | None = None
-    bandwidth_gb_s: float | None = None
-    state_bytes: int = 0
+    mode: Final[TransferTimingMode]
+    full_prompt_tokens: Final[int]
+    kv_bytes_per_token: Final[int | None]
+    bandwidth_gb_s: Final[float | None]
+    state_bytes: Final[int]
+
+    def __init__(
+        self,
+        mode: TransferTimingMode,
+        full_prompt_tokens: int,
+        kv_bytes_per_token: int | None = None,
+        bandwidth_gb_s: float | None = None,
+        state_bytes: int = 0,
+    ) -> None:
+        self.mode = mode
+        self.full_prompt_tokens = full_prompt_tokens
+        self.kv_bytes_per_token = kv_bytes_per_token
+        self.bandwidth_gb_s = bandwidth_gb_s
+        self.state_bytes = state_bytes
 
     def delay_ms(self, destination_missing_tokens: int) -> float | None:
         tokens = (
@@ -112,43 +149,66 @@ HandoffId: TypeAlias = Hashable
 # --- facts -----------------------------------------------------------------------------------
 
 
-@fast_frozen_init  # built per request on the replay's hot path
-@dataclass(frozen=True, slots=True)
-class SourceHeld:
+@final
+@dataclass(init=False, slots=True, unsafe_hash=True)
+class SourceHeld(_Value):
     """The prefill finished and the source keeps its KV for the transfer."""
 
-    handoff_id: HandoffId
-    transfer_timing: TransferTiming
+    handoff_id: Final[HandoffId]
+    transfer_timing: Final[TransferTiming]
+
+    def __init__(self, handoff_id: HandoffId, transfer_timing: TransferTiming) -> None:
+        self.handoff_id = handoff_id
+        self.transfer_timing = transfer_timing
 
 
-@fast_frozen_init  # built per request on the replay's hot path
-@dataclass(frozen=True, slots=True)
-class DestinationReserved:
+@final
+@dataclass(init=False, slots=True, unsafe_hash=True)
+class DestinationReserved(_Value):
     """The destination reserved room; it misses ``transferable_prompt_tokens`` tokens."""
 
-    handoff_id: HandoffId
-    transferable_prompt_tokens: int
+    handoff_id: Final[HandoffId]
+    transferable_prompt_tokens: Final[int]
+
+    def __init__(self, handoff_id: HandoffId, transferable_prompt_tokens: int) -> None:
+        self.handoff_id = handoff_id
+        self.transferable_prompt_tokens = transferable_prompt_tokens
 
 
-@fast_frozen_init  # built per request on the replay's hot path
-@dataclass(frozen=True, slots=True)
-class TransferCompleted:
-    handoff_id: HandoffId
+@final
+@dataclass(init=False, slots=True, unsafe_hash=True)
+class TransferCompleted(_Value):
+    handoff_id: Final[HandoffId]
+
+    def __init__(self, handoff_id: HandoffId) -> None:
+        self.handoff_id = handoff_id
 
 
-@dataclass(frozen=True, slots=True)
-class Failed:
-    handoff_id: HandoffId
+@final
+@dataclass(init=False, slots=True, unsafe_hash=True)
+class Failed(_Value):
+    handoff_id: Final[HandoffId]
+
+    def __init__(self, handoff_id: HandoffId) -> None:
+        self.handoff_id = handoff_id
 
 
-@dataclass(frozen=True, slots=True)
-class TimedOut:
-    handoff_id: HandoffId
+@final
+@dataclass(init=False, slots=True, unsafe_hash=True)
+class TimedOut(_Value):
+    handoff_id: Final[HandoffId]
+
+    def __init__(self, handoff_id: HandoffId) -> None:
+        self.handoff_id = handoff_id
 
 
-@dataclass(frozen=True, slots=True)
-class Canceled:
-    handoff_id: HandoffId
+@final
+@dataclass(init=False, slots=True, unsafe_hash=True)
+class Canceled(_Value):
+    handoff_id: Final[HandoffId]
+
+    def __init__(self, handoff_id: HandoffId) -> None:
+        self.handoff_id = handoff_id
 
 
 Fact: TypeAlias = Union[SourceHeld, DestinationReserved, TransferCompleted, Failed, TimedOut, Canceled]
@@ -156,47 +216,80 @@ Fact: TypeAlias = Union[SourceHeld, DestinationReserved, TransferCompleted, Fail
 # --- actions ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class SubmitPrefill:
-    handoff_id: HandoffId
+@final
+@dataclass(init=False, slots=True, unsafe_hash=True)
+class SubmitPrefill(_Value):
+    handoff_id: Final[HandoffId]
+
+    def __init__(self, handoff_id: HandoffId) -> None:
+        self.handoff_id = handoff_id
 
 
-@dataclass(frozen=True, slots=True)
-class ReserveDestination:
-    handoff_id: HandoffId
+@final
+@dataclass(init=False, slots=True, unsafe_hash=True)
+class ReserveDestination(_Value):
+    handoff_id: Final[HandoffId]
+
+    def __init__(self, handoff_id: HandoffId) -> None:
+        self.handoff_id = handoff_id
 
 
-@dataclass(frozen=True, slots=True)
-class StartTransfer:
-    handoff_id: HandoffId
-    delay_ms: float
+@final
+@dataclass(init=False, slots=True, unsafe_hash=True)
+class StartTransfer(_Value):
+    handoff_id: Final[HandoffId]
+    delay_ms: Final[float]
+
+    def __init__(self, handoff_id: HandoffId, delay_ms: float) -> None:
+        self.handoff_id = handoff_id
+        self.delay_ms = delay_ms
 
 
-@dataclass(frozen=True, slots=True)
-class ActivateDestination:
-    handoff_id: HandoffId
+@final
+@dataclass(init=False, slots=True, unsafe_hash=True)
+class ActivateDestination(_Value):
+    handoff_id: Final[HandoffId]
+
+    def __init__(self, handoff_id: HandoffId) -> None:
+        self.handoff_id = handoff_id
 
 
-@dataclass(frozen=True, slots=True)
-class ReleaseSource:
-    handoff_id: HandoffId
+@final
+@dataclass(init=False, slots=True, unsafe_hash=True)
+class ReleaseSource(_Value):
+    handoff_id: Final[HandoffId]
+
+    def __init__(self, handoff_id: HandoffId) -> None:
+        self.handoff_id = handoff_id
 
 
-@dataclass(frozen=True, slots=True)
-class CancelSource:
-    handoff_id: HandoffId
+@final
+@dataclass(init=False, slots=True, unsafe_hash=True)
+class CancelSource(_Value):
+    handoff_id: Final[HandoffId]
+
+    def __init__(self, handoff_id: HandoffId) -> None:
+        self.handoff_id = handoff_id
 
 
-@dataclass(frozen=True, slots=True)
-class CancelDestination:
-    handoff_id: HandoffId
+@final
+@dataclass(init=False, slots=True, unsafe_hash=True)
+class CancelDestination(_Value):
+    handoff_id: Final[HandoffId]
+
+    def __init__(self, handoff_id: HandoffId) -> None:
+        self.handoff_id = handoff_id
 
 
-@dataclass(frozen=True, slots=True)
-class Complete:
+@final
+@dataclass(init=False, slots=True, unsafe_hash=True)
+class Complete(_Value):
     """The handoff is over; the result is the coordinator's ``completion``."""
 
-    handoff_id: HandoffId
+    handoff_id: Final[HandoffId]
+
+    def __init__(self, handoff_id: HandoffId) -> None:
+        self.handoff_id = handoff_id
 
 
 Action: TypeAlias = Union[
@@ -211,12 +304,17 @@ Action: TypeAlias = Union[
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class IssuedAction:
+@final
+@dataclass(init=False, slots=True, unsafe_hash=True)
+class IssuedAction(_Value):
     """An action together with the id its outcome must be reported under."""
 
-    id: int
-    action: Action
+    id: Final[int]
+    action: Final[Action]
+
+    def __init__(self, id: int, action: Action) -> None:
+        self.id = id
+        self.action = action
 
 
 class OutcomeKind(enum.Enum):
@@ -228,12 +326,17 @@ class OutcomeKind(enum.Enum):
     FAILED = "Failed"
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
+@final
+@dataclass(init=False, slots=True, unsafe_hash=True)
+class Outcome(_Value):
     """What executing an action did. Equal when kind and message are equal."""
 
-    kind: OutcomeKind
-    message: str = ""
+    kind: Final[OutcomeKind]
+    message: Final[str]
+
+    def __init__(self, kind: OutcomeKind, message: str = "") -> None:
+        self.kind = kind
+        self.message = message
 
 
 class Completion(enum.Enum):
