@@ -19,7 +19,7 @@ import enum
 from collections import deque
 from typing import Generic, Hashable, Protocol, TypeVar
 
-from dmocker.handoff import DestinationReserved
+from dmocker.handoff import DestinationReserved, SourceHeld, TransferTiming
 from dmocker.engines.block_pool import BlockPool
 from dmocker.engines.common import ceil_div, kv_events, remove_pending
 from dmocker.engines.interface import (
@@ -62,7 +62,8 @@ class HandoffWorkerBase(Generic[R]):
 
     Subclasses set every attribute below in their ``__init__`` (``_held``, ``_waiting_status``,
     ``_pending_status``: their status members for "held source", "waiting" and "accepted, not
-    reserved"; ``_block``: tokens per block or page; ``_unit``: its name in error messages).
+    reserved"; ``_block``: tokens per block or page; ``_unit``: its name in error messages;
+    ``_link``: ``args.transfer_timing(0)``, the worker's link settings for :meth:`_source_held`).
     """
 
     pool: BlockPool
@@ -82,6 +83,16 @@ class HandoffWorkerBase(Generic[R]):
     _held: enum.Enum
     _waiting_status: enum.Enum
     _pending_status: enum.Enum
+    _link: TransferTiming
+
+    def _source_held(self, handoff: Hashable, prompt_tokens: int) -> SourceHeld:
+        """The fact a finished source reports: ``args.transfer_timing(prompt_tokens)``, built from
+        the link settings read once (a compiled constructor call per request, not a call into
+        the interpreted engine arguments)."""
+        link = self._link
+        timing = TransferTiming(link.mode, prompt_tokens, link.kv_bytes_per_token, link.bandwidth_gb_s,
+                                link.state_bytes)
+        return SourceHeld(handoff, timing)
 
     # --- hooks -----------------------------------------------------------------------------------
 

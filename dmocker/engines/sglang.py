@@ -52,7 +52,6 @@ from typing import Hashable
 import numpy as np
 import numpy.typing as npt
 
-from dmocker.handoff import SourceHeld
 from dmocker.engines.block_pool import BlockPool, generated_block_ids, holds_before
 from dmocker.engines.common import ceil_div
 from dmocker.engines.interface import (
@@ -81,6 +80,7 @@ class SglangWorker(SglDecodePath):
     def __init__(self, args: EngineArgs, worker_idx: int = 0, *, record_kv_events: bool = False,
                  vectorized: bool = True) -> None:
         self.args = args
+        self._link = args.transfer_timing(0)
         self._allow_vec = vectorized  # False: always the per-request decode step (tests)
         self.worker_idx = worker_idx
         self._page = args.page_tokens
@@ -432,7 +432,7 @@ class SglangWorker(SglDecodePath):
     def _complete(self, r: _SReq) -> None:
         r.status = _St.HELD
         if r.source:
-            self._lifecycle.append(SourceHeld(r.handoff, self.args.transfer_timing(r.prompt)))
+            self._lifecycle.append(self._source_held(r.handoff, r.prompt))
             return
         self._publish(r, r.seq)
         self._free_kv(r)

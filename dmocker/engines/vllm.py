@@ -39,7 +39,6 @@ from typing import Hashable
 import numpy as np
 import numpy.typing as npt
 
-from dmocker.handoff import SourceHeld
 from dmocker.engines.block_pool import BlockPool, generated_block_ids, holds_before
 from dmocker.engines.common import ceil_div
 from dmocker.engines.interface import (
@@ -74,6 +73,7 @@ class VllmWorker(LockstepDecode):
     def __init__(self, args: EngineArgs, worker_idx: int = 0, *, record_kv_events: bool = False,
                  lockstep: bool = True) -> None:
         self.args = args
+        self._link = args.transfer_timing(0)
         self.worker_idx = worker_idx
         self._bs = args.page_tokens
         self._block = self._bs
@@ -525,7 +525,7 @@ class VllmWorker(LockstepDecode):
         """Generation finished: a registered source is held, anything else is freed."""
         if r.source:
             r.status = VllmStatus.HELD
-            self._lifecycle.append(SourceHeld(r.handoff, self.args.transfer_timing(r.prompt)))
+            self._lifecycle.append(self._source_held(r.handoff, r.prompt))
         else:
             self._free_kv(r)
             del self._live[r.rid]

@@ -60,3 +60,20 @@ def test_transfer_timing_uses_prefill_args() -> None:
     a = EngineArgs(kv_bytes_per_token=1_000_000, kv_transfer_bandwidth=1.0)
     t = a.transfer_timing(128)
     assert t.delay_ms(0) == pytest.approx(128.0)
+
+
+@pytest.mark.parametrize("backend", [Backend.VLLM, Backend.SGLANG])
+@pytest.mark.parametrize("link", [{}, {"kv_bytes_per_token": 131072, "kv_transfer_bandwidth": 50.0},
+                                  {"kv_bytes_per_token": 4, "kv_transfer_bandwidth": 2,
+                                   "kv_transfer_timing_mode": TransferTimingMode.DESTINATION_MISSING}])
+def test_a_held_source_reports_its_args_transfer_timing(backend: Backend, link: dict[str, object]) -> None:
+    """Engines build the SourceHeld timing from link settings read at start: the same value as
+    ``EngineArgs.transfer_timing`` for every prompt length."""
+    from dmocker.handoff import SourceHeld
+
+    args = EngineArgs(backend=backend, worker_type=WorkerType.PREFILL, **link)  # type: ignore[arg-type]
+    worker = make_worker(args)
+    for prompt in (0, 1, 777, 1 << 40):
+        held = worker._source_held(("h", prompt), prompt)  # type: ignore[attr-defined]
+        assert held == SourceHeld(("h", prompt), args.transfer_timing(prompt))
+        assert repr(held.transfer_timing) == repr(args.transfer_timing(prompt))
