@@ -25,7 +25,7 @@ import math
 import os
 from array import array
 from collections.abc import Iterator
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -38,6 +38,7 @@ __all__ = ["MooncakeTrace", "MAX_LENGTH", "MAX_HASH_ID"]
 MAX_LENGTH = 1 << 32
 """Largest accepted token length; beyond it the numbers are surely a unit mistake."""
 MAX_HASH_ID = (1 << 63) - 1
+_ABSENT: Final = object()  # a row field that is not there (null is a value: checked apart)
 
 
 def _is_int(value: object) -> bool:
@@ -337,9 +338,13 @@ class MooncakeTrace:
             raise self._err(lineno, None, f"malformed JSON: {exc.msg} at column {exc.colno}") from None
 
     def _length(self, row: dict[str, Any], lineno: int, field: str, minimum: int) -> int:
-        if field not in row:
+        value: Any = row.get(field, _ABSENT)
+        if type(value) is int:  # what JSON gives: checked with native comparisons
+            length: int = value
+            if minimum <= length <= MAX_LENGTH:
+                return length
+        if value is _ABSENT:
             raise self._err(lineno, field, "missing")
-        value = row[field]
         if not _is_int(value):
             raise self._err(lineno, field, f"must be an integer, got {_kind(value)}")
         if value < minimum:
@@ -351,29 +356,31 @@ class MooncakeTrace:
     def _check_row(
         self, row: dict[str, Any], lineno: int
     ) -> tuple[float | None, float | None, object, int, int]:
+        # (``row.get``: one lookup per field; a field set to null counts as absent)
+        get = row.get
         ts: float | None = None
-        if "timestamp" in row and row["timestamp"] is not None:
-            value = row["timestamp"]
+        value = get("timestamp")
+        if value is not None:
             if not _is_number(value) or not math.isfinite(value):
                 raise self._err(lineno, "timestamp", f"must be a finite number of ms, got {_kind(value)}")
             ts = float(value)
         delay: float | None = None
-        if "delay" in row and row["delay"] is not None:
-            value = row["delay"]
+        value = get("delay")
+        if value is not None:
             if not _is_number(value) or not math.isfinite(value) or value < 0:
                 raise self._err(lineno, "delay", f"must be a finite number >= 0 ms, got {_kind(value) if not _is_number(value) else value!r}")
             delay = float(value)
         sid: object = None
-        if "session_id" in row and row["session_id"] is not None:
-            value = row["session_id"]
+        value = get("session_id")
+        if value is not None:
             if isinstance(value, bool) or not isinstance(value, (str, int)):
                 raise self._err(lineno, "session_id", f"must be a string or an integer, got {_kind(value)}")
             sid = ("s", value) if isinstance(value, str) else ("i", value)
         input_length = self._length(row, lineno, "input_length", 1)
         output_length = self._length(row, lineno, "output_length", 1)
-        if "hash_ids" not in row:
+        hash_ids: Any = get("hash_ids", _ABSENT)
+        if hash_ids is _ABSENT:
             raise self._err(lineno, "hash_ids", "missing")
-        hash_ids = row["hash_ids"]
         if not isinstance(hash_ids, list):
             raise self._err(lineno, "hash_ids", f"must be a list of integers, got {_kind(hash_ids)}")
         for i, h in enumerate(hash_ids):
