@@ -34,6 +34,7 @@ COMPILED = [
     "dmocker/handoff/_table.py",
     "dmocker/handoff/_types.py",
     "dmocker/replay/actions.py",
+    "dmocker/replay/batch_epochs.py",
     "dmocker/replay/cluster_control.py",
     "dmocker/replay/collector.py",
     "dmocker/replay/coordinator_io.py",

@@ -10,9 +10,9 @@ import numpy as np
 import numpy.typing as npt
 
 from dmocker.engines.block_pool import KvChunk
-from dmocker.engines.interface import KvEvent, KvRemoved, KvStored, PassCompletion
+from dmocker.engines.interface import BatchDelta, IdArray, KvEvent, KvRemoved, KvStored, PassCompletion
 
-__all__ = ["kv_events", "ceil_div", "remove_pending", "cut_point", "cut_completion", "blocks_freed"]
+__all__ = ["kv_events", "ceil_div", "remove_pending", "cut_point", "cut_completion", "blocks_freed", "BatchTracker"]
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -87,7 +87,8 @@ def cut_completion(completion: PassCompletion | None, times: npt.NDArray[np.floa
     assert completion is not None
     kept = times[:keep]
     end = float(kept[-1])
-    cut = PassCompletion(end_ms=end, emitted=completion.emitted, run_times=kept if keep >= 2 else None)
+    cut = PassCompletion(end_ms=end, emitted=completion.emitted, run_times=kept if keep >= 2 else None,
+                         delta=completion.delta)
     return cut, kept, end
 
 
@@ -111,3 +112,44 @@ def blocks_freed(pool: _RefCounts, holdings: Iterable[tuple[int, Sequence[int]]]
         if refs[h] == n:
             freed += 1
     return freed
+
+
+class BatchTracker:
+    """The joins and leaves of a decode batch between the emitted-ids arrays its engine hands
+    out, for :class:`~dmocker.engines.interface.BatchDelta`.  The engine reports every change
+    of the batch while it tracks (``join`` / ``leave``), stops tracking when it leaves the path
+    that knows them (``reset``), and asks for the delta of each array it hands out."""
+
+    def __init__(self) -> None:
+        self.base: IdArray | None = None  # the array handed out last, while tracking
+        self.joined: list[int] = []
+        self.left: list[int] = []
+
+    def join(self, rids: list[int]) -> None:
+        if self.base is not None:
+            self.joined.extend(rids)
+
+    def leave(self, rid: int) -> None:
+        if self.base is not None:
+            self.left.append(rid)
+
+    def reset(self) -> None:
+        self.base = None
+        if self.joined:
+            self.joined = []
+        if self.left:
+            self.left = []
+
+    def handout(self, ids: IdArray) -> BatchDelta | None:
+        """``ids`` goes into a completion: its delta from the previous array (None: the same
+        array, or no previous one tracked); tracking goes on from ``ids``."""
+        base = self.base
+        self.base = ids
+        if base is None or base is ids:  # (an unchanged batch keeps its array)
+            self.reset()
+            self.base = ids
+            return None
+        delta = BatchDelta(base, ids, self.joined, self.left)
+        self.joined = []
+        self.left = []
+        return delta

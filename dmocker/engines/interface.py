@@ -86,6 +86,7 @@ __all__ = [
     "Admission",
     "PassPlan",
     "PassCompletion",
+    "BatchDelta",
     "EngineWorker",
     "IdArray",
     "make_worker",
@@ -233,6 +234,28 @@ class PassPlan:
 
 @final
 @dataclass(init=False, slots=True, eq=False)
+class BatchDelta:
+    """How a decode worker's emitted ids changed between two arrays it handed out: ``ids`` is
+    ``base`` without ``left`` and with ``joined`` (as sets).  Engines attach it to a completion
+    whose batch changed, on the paths that know the change anyway (SGLang's lazy batch, vLLM's
+    lockstep batch), so the collector updates the joiners and leavers only, not the whole
+    batch.  Optional: a consumer may ignore it, and uses it only when ``base`` is the array
+    it saw last from that worker and ``ids`` the one it is given."""
+
+    base: Final[IdArray]
+    ids: Final[IdArray]
+    joined: Final[list[int]]
+    left: Final[list[int]]
+
+    def __init__(self, base: IdArray, ids: IdArray, joined: list[int], left: list[int]) -> None:
+        self.base = base
+        self.ids = ids
+        self.joined = joined
+        self.left = left
+
+
+@final
+@dataclass(init=False, slots=True, eq=False)
 class PassCompletion:
     """The deferred effects of a pass, stamped at its end time.
 
@@ -247,7 +270,8 @@ class PassCompletion:
     ``run_times``: set when the completion covers a bulk decode *run* of ``n >= 2`` passes
     (``start_pass(..., bulk=True)``): the end time of each pass, ascending, the last being
     ``end_ms``.  Every id of ``emitted`` emitted one token at each of them; nothing finished or
-    was rejected before the last.
+    was rejected before the last.  ``delta``: how ``emitted`` differs from this worker's
+    previous emitted array, when the engine knows (:class:`BatchDelta`).
     """
 
     end_ms: Final[float]
@@ -257,10 +281,12 @@ class PassCompletion:
     lifecycle: Final[tuple[LifecycleEvent, ...]]
     kv_events: Final[tuple[KvEvent, ...]]
     run_times: Final[npt.NDArray[np.float64] | None]
+    delta: Final[BatchDelta | None]
 
     def __init__(self, end_ms: float, emitted: IdArray = _EMPTY_IDS, finished: IdArray = _EMPTY_IDS,
                  rejected: tuple[int, ...] = (), lifecycle: tuple[LifecycleEvent, ...] = (),
-                 kv_events: tuple[KvEvent, ...] = (), run_times: npt.NDArray[np.float64] | None = None) -> None:
+                 kv_events: tuple[KvEvent, ...] = (), run_times: npt.NDArray[np.float64] | None = None,
+                 delta: BatchDelta | None = None) -> None:
         self.end_ms = end_ms
         self.emitted = emitted
         self.finished = finished
@@ -268,6 +294,7 @@ class PassCompletion:
         self.lifecycle = lifecycle
         self.kv_events = kv_events
         self.run_times = run_times
+        self.delta = delta
 
 
 class EngineWorker(Protocol):

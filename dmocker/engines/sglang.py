@@ -56,6 +56,7 @@ from dmocker.engines.block_pool import BlockPool, generated_block_ids, holds_bef
 from dmocker.engines.common import ceil_div
 from dmocker.engines.interface import (
     Admission,
+    BatchDelta,
     EngineArgs,
     EngineRequest,
     LifecycleEvent,
@@ -214,6 +215,7 @@ class SglangWorker(SglDecodePath):
         emitted: list[int] = []
         finished: list[int] = []
         emitted_arr: I64 | None = None
+        delta: BatchDelta | None = None
         if can_run:
             decode_ms, retracted = self._decode_step(newly, emitted, finished)
             # Dynamo 1.6.1 charges an extend pass its prefill time only, on every worker (a
@@ -225,6 +227,7 @@ class SglangWorker(SglDecodePath):
             fast = self._decode_running_vec(finished)
             if fast is not None:
                 decode_ms, emitted_arr = fast
+                delta = self._vec_delta
                 retracted = False
             else:
                 self._sync_running()
@@ -252,6 +255,7 @@ class SglangWorker(SglDecodePath):
             finished=np.array(finished, dtype=np.int64) if finished else empty_ids(),
             lifecycle=lifecycle,
             kv_events=self._drain_kv(),  # SGLang: visible at pass end
+            delta=delta,
         )
         self._busy = True
         return PassPlan(start_ms=now_ms, end_ms=end, admissions=tuple(admissions),
@@ -271,7 +275,7 @@ class SglangWorker(SglDecodePath):
         if retry or events:
             c = PassCompletion(end_ms=c.end_ms, emitted=c.emitted, finished=c.finished,
                                rejected=c.rejected, lifecycle=c.lifecycle + tuple(retry),
-                               kv_events=c.kv_events + events, run_times=c.run_times)
+                               kv_events=c.kv_events + events, run_times=c.run_times, delta=c.delta)
         return c
 
     # --- internals -----------------------------------------------------------------------------

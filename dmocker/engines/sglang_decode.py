@@ -33,8 +33,8 @@ import numpy as np
 import numpy.typing as npt
 
 from dmocker.engines.handoff_base import HandoffWorkerBase
-from dmocker.engines.common import blocks_freed, cut_completion, cut_point
-from dmocker.engines.interface import Admission, EngineArgs, PassCompletion, PassPlan, empty_ids
+from dmocker.engines.common import BatchTracker, blocks_freed, cut_completion, cut_point
+from dmocker.engines.interface import Admission, BatchDelta, EngineArgs, PassCompletion, PassPlan, empty_ids
 from dmocker.engines.sglang_request import SglRequest, SglStatus
 from dmocker.engines.timing import PassTiming
 
@@ -91,6 +91,8 @@ class SglDecodePath(HandoffWorkerBase[SglRequest]):
         self._sum_off = 0  # sum of the running requests' offsets
         self._rids: list[int] = []  # ids of the running batch, in order, while lazy
         self._emit: I64 | None = None  # the same as an array (built on demand)
+        self._batch = BatchTracker()  # joins and leaves between handed-out arrays, while lazy
+        self._vec_delta: BatchDelta | None = None  # of the array the last vectorised pass emitted
         self.vectorized_passes = 0
         self._bulk: _Run | None = None  # the bulk decode run in flight (start_pass(bulk=True))
         self._tail = False  # the run's last pass finishes requests, applied once it has started
@@ -133,6 +135,7 @@ class SglDecodePath(HandoffWorkerBase[SglRequest]):
             self._enter(r)
         self._lazy = True
         self._emit = None
+        self._batch.reset()
         return True
 
     def _vec_append(self, added: list[SglRequest]) -> None:
@@ -162,6 +165,7 @@ class SglDecodePath(HandoffWorkerBase[SglRequest]):
         self._sum_off = 0
         self._rids = []
         self._emit = None
+        self._batch.reset()
 
     def _emitted(self) -> I64:
         emit = self._emit
@@ -176,12 +180,16 @@ class SglDecodePath(HandoffWorkerBase[SglRequest]):
 
     def _emit_appended(self, added: list[SglRequest]) -> None:
         """``added`` entered the batch (appended to ``_rids``)."""
+        self._batch.join([r.rid for r in added])
         emit = self._emit
         if emit is not None:
             self._emit = np.concatenate((emit, np.array([r.rid for r in added], dtype=np.int64)))
 
     def _emit_removed(self, done: list[SglRequest]) -> None:
         """``done`` are about to leave the batch (still in ``_rids``)."""
+        batch = self._batch
+        for r in done:
+            batch.leave(r.rid)
         emit = self._emit
         if emit is not None and len(done) == 1:
             i = self._rids.index(done[0].rid)
@@ -222,6 +230,7 @@ class SglDecodePath(HandoffWorkerBase[SglRequest]):
         self._k = k + 1
         self.vectorized_passes += 1
         emitted = self._emitted()
+        self._vec_delta = self._batch.handout(emitted)
         done = self._fin.pop(k, None)
         if done is not None:
             self._retire(done, finished)
@@ -357,10 +366,12 @@ class SglDecodePath(HandoffWorkerBase[SglRequest]):
         self._tail = tail
         end = float(times[-1])
         emitted = self._emitted()
+        delta = self._batch.handout(emitted)
         finished = empty_ids()
         if tail:
             finished = np.array([r.rid for r, lf in zip(batch, left) if lf == n_pass], dtype=np.int64)
-        self._completion = PassCompletion(end_ms=end, emitted=emitted, finished=finished, run_times=times)
+        self._completion = PassCompletion(end_ms=end, emitted=emitted, finished=finished, run_times=times,
+                                          delta=delta)
         self._busy = True
         return PassPlan(start_ms=now_ms, end_ms=end, admissions=admissions, decode_tokens=n,
                         last_start_ms=float(times[-2]))

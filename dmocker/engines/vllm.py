@@ -40,9 +40,10 @@ import numpy as np
 import numpy.typing as npt
 
 from dmocker.engines.block_pool import BlockPool, generated_block_ids, holds_before
-from dmocker.engines.common import ceil_div
+from dmocker.engines.common import BatchTracker, ceil_div
 from dmocker.engines.interface import (
     Admission,
+    BatchDelta,
     DecodeKvAccounting,
     EngineArgs,
     EngineRequest,
@@ -104,6 +105,7 @@ class VllmWorker(LockstepDecode):
         self._sum_po = 0  # sum of prompt + off over lockstep running requests
         self._finish_at = {}
         self._rid_arr = None
+        self._batch = BatchTracker()
         # handoff registries (insertion-ordered: deterministic)
         self._sources = {}  # pending or held sources by handoff id
         self._pending = deque()  # (request, last attempted generation)
@@ -222,6 +224,7 @@ class VllmWorker(LockstepDecode):
                 lifecycle=c.lifecycle + tuple(retry),
                 kv_events=events,
                 run_times=c.run_times,
+                delta=c.delta,
             )
         return c
 
@@ -378,14 +381,15 @@ class VllmWorker(LockstepDecode):
         )
 
     def _begin(self, now_ms: float, end: float, admissions: list[Admission], rejected: list[int],
-               emitted: I64, finished: I64, prefill_tokens: int, n_ready: int) -> PassPlan:
+               emitted: I64, finished: I64, prefill_tokens: int, n_ready: int,
+               delta: BatchDelta | None = None) -> PassPlan:
         lifecycle: tuple[LifecycleEvent, ...] = ()
         if self._lifecycle:
             lifecycle = tuple(self._lifecycle)
             self._lifecycle.clear()
         self._completion = PassCompletion(
             end_ms=end, emitted=emitted, finished=finished, rejected=tuple(rejected),
-            lifecycle=lifecycle,
+            lifecycle=lifecycle, delta=delta,
         )
         self._busy = True
         return PassPlan(

@@ -33,9 +33,9 @@ from itertools import accumulate
 import numpy as np
 import numpy.typing as npt
 
-from dmocker.engines.common import blocks_freed, ceil_div, cut_completion, cut_point
+from dmocker.engines.common import BatchTracker, blocks_freed, ceil_div, cut_completion, cut_point
 from dmocker.engines.handoff_base import HandoffWorkerBase
-from dmocker.engines.interface import Admission, EngineArgs, PassCompletion, PassPlan, empty_ids
+from dmocker.engines.interface import Admission, BatchDelta, EngineArgs, PassCompletion, PassPlan, empty_ids
 from dmocker.engines.timing import PassTiming
 from dmocker.engines.vllm_request import Demand, VllmRequest, VllmStatus, blocks_through
 
@@ -63,6 +63,7 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
     _sum_po: int  # sum of prompt + off over lockstep running requests
     _finish_at: dict[int, list[VllmRequest]]
     _rid_arr: I64 | None
+    _batch: BatchTracker  # joins and leaves between the handed-out batch arrays, in lockstep
     # the bulk decode run in flight: (start ms, pass end times, K before, block demand, free
     # blocks before, blocks evicted)
     _bulk: tuple[float, npt.NDArray[np.float64], int, Demand, int, list[int]] | None
@@ -79,7 +80,8 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
         raise NotImplementedError
 
     def _begin(self, now_ms: float, end: float, admissions: list[Admission], rejected: list[int],
-               emitted: I64, finished: I64, prefill_tokens: int, n_ready: int) -> PassPlan:
+               emitted: I64, finished: I64, prefill_tokens: int, n_ready: int,
+               delta: BatchDelta | None = None) -> PassPlan:
         raise NotImplementedError
 
     def _next_waiting(self, prefer_materialized: bool) -> VllmRequest | None:
@@ -166,7 +168,9 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
             # run = the cached batch + the joiners (no-token newcomers already left again):
             # extend the cached array instead of rebuilding it from `run` (O(batch) in Python)
             self._rid_arr = np.concatenate((self._rid_arr, np.array(joined, dtype=np.int64)))
+            self._batch.join(joined)
         emitted = self._running_ids()
+        delta = self._batch.handout(emitted)
         n_ready = len(emitted)
         if finishing:
             for r in finishing:
@@ -183,8 +187,11 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
             # the next batch is this one minus the leavers (a new array: handed-out arrays are
             # never mutated; the collector's same-array shortcut relies on it)
             keep = emitted != finishing[0].rid
+            batch = self._batch
+            batch.leave(finishing[0].rid)
             for r in finishing[1:]:
                 keep &= emitted != r.rid
+                batch.leave(r.rid)
             self._rid_arr = emitted[keep]
         if not run:
             self._lock = False
@@ -193,13 +200,14 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
             return None
         return self._begin(now_ms, now_ms + decode_ms, admissions, rejected, emitted,
                            np.array(finished_ids, dtype=np.int64) if finished_ids else empty_ids(),
-                           0, n_ready)
+                           0, n_ready, delta)
 
     def _running_ids(self) -> I64:
         arr = self._rid_arr
         if arr is None:
             arr = np.fromiter(self._run.keys(), dtype=np.int64, count=len(self._run))
             self._rid_arr = arr
+            self._batch.reset()  # a rebuilt array: the changes since the last are not known
         return arr
 
     def _materialize_at_rest(self) -> None:
@@ -229,6 +237,7 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
         self._bcount = [0] * self._bs
         self._finish_at.clear()
         self._rid_arr = None
+        self._batch.reset()
 
     def _try_enter_lockstep(self) -> None:
         """After an exact pass ``K``: switch to lockstep if every running request is decoding."""
@@ -253,6 +262,7 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
         self._sum_po = sum_po
         self._finish_at = finish_at
         self._rid_arr = None
+        self._batch.reset()
         self._lock = True
 
     # --- bulk runs ------------------------------------------------------------------------------
@@ -342,6 +352,7 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
             self._sum_po = sum_po
             if self._rid_arr is not None:
                 self._rid_arr = np.concatenate((self._rid_arr, np.array(joined, dtype=np.int64)))
+                self._batch.join(joined)
             admissions = tuple(adm)
         active0 = self._sum_po + n * K  # summed sequence lengths before pass k's sample
         times = self._timing.run_ends(now_ms, n, active0, n_pass)
@@ -357,8 +368,9 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
         finished = empty_ids()
         if tail >= 0:
             finished = np.array([r.rid for r in finish_at[tail]], dtype=np.int64)
-        self._completion = PassCompletion(end_ms=end, emitted=self._running_ids(), finished=finished,
-                                          run_times=times)
+        emitted = self._running_ids()
+        self._completion = PassCompletion(end_ms=end, emitted=emitted, finished=finished, run_times=times,
+                                          delta=self._batch.handout(emitted))
         self._busy = True
         return PassPlan(start_ms=now_ms, end_ms=end, admissions=admissions, decode_tokens=n,
                         last_start_ms=float(times[-2]))
@@ -376,7 +388,9 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
         keep = emitted != finishing[0].rid
         for r in finishing[1:]:
             keep &= emitted != r.rid
+        batch = self._batch
         for r in finishing:
+            batch.leave(r.rid)
             del run[r.rid]
             bcount[r.bkt] -= 1
             self._sum_po -= r.prompt + r.off

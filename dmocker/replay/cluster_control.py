@@ -224,7 +224,7 @@ class ClusterControl(RoutingHooks):
             return
         self._events.remove(EventKind.PASS_COMPLETION, (stage, idx))
         done = w.finish_pass()
-        self.collector.on_tokens(done.emitted, cut[0], idx, done.run_times)
+        self.collector.on_tokens(done.emitted, cut[0], idx, done.run_times, done.delta)
 
     def add_worker(self, stage: int, idx: int) -> None:
         """Worker ``idx`` of ``stage`` (re)joins its pool; actions parked on an empty pool resume."""

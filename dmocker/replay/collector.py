@@ -27,6 +27,9 @@ from typing import Final, SupportsInt
 import numpy as np
 import numpy.typing as npt
 
+from dmocker.engines.interface import BatchDelta
+
+from .batch_epochs import BatchEpochs
 from .sketch import PERCENTILES, DistributionStats, GapSketches, LogSketch, nearest_rank
 
 __all__ = [
@@ -111,9 +114,11 @@ class Collector:
         "max_terminal_ms",
         "prefill_worker_seconds",
         "decode_worker_seconds",
+        "_epochs",
+        "_use_epochs",
     )
 
-    def __init__(self, num_requests: int) -> None:
+    def __init__(self, num_requests: int, *, batch_epochs: bool = True) -> None:
         n = num_requests
         # Every per-request slot lives in a stdlib array: the per-request events (arrival,
         # admissions, first and second token, terminal) and the passes of a small batch update
@@ -148,6 +153,10 @@ class Collector:
         self.max_terminal_ms = 0.0
         self.prefill_worker_seconds = 0.0
         self.decode_worker_seconds = 0.0
+        # decode batches with a known delta: counts and last times per batch (batch_epochs.py);
+        # False: every pass updates every member (the plain twin, for tests)
+        self._epochs = BatchEpochs(self._tokens_a, self._last_a, self.gaps)
+        self._use_epochs = batch_epochs
 
     def on_arrival(self, request_id: int, arrival_ms: float, input_length: int) -> None:
         self._arrival_a[request_id] = arrival_ms
@@ -161,12 +170,19 @@ class Collector:
     @property
     def tokens(self) -> npt.NDArray[np.int32]:
         """Output tokens per request."""
+        self._epochs.settle_all()
         return self._tokens
 
     @property
     def last_token(self) -> F64:
         """Last token time per request, NaN before the first."""
+        self._epochs.settle_all()
         return self._last
+
+    @property
+    def epoch_passes(self) -> int:
+        """Decode passes applied per batch (from the engines' batch deltas), not per member."""
+        return self._epochs.applied
 
     @property
     def young(self) -> dict[int, int]:
@@ -177,11 +193,12 @@ class Collector:
 
     def output_of(self, request_id: int) -> tuple[int, float, float, float]:
         """(tokens, first, second, last token time) of one request (per-request records)."""
+        epochs = self._epochs
         return (
-            self._tokens_a[request_id],
+            epochs.tokens_of(request_id),
             self._first_a[request_id],
             self._second_a[request_id],
-            self._last_a[request_id],
+            epochs.last_of(request_id),
         )
 
     def on_decode_admit(self, request_id: int, source: int = -1) -> None:
@@ -191,7 +208,8 @@ class Collector:
         decode batch entry is an admission).  A re-admission (after a preemption) of a request
         that already has its second token is not watched: its first and second token times
         stay those of the tokens it streamed first."""
-        if self._tokens_a[request_id] >= 2:
+        tokens = self._epochs.tokens_of(request_id)
+        if tokens >= 2:
             return
         at = self._young_at
         old = at.get(request_id)
@@ -201,7 +219,7 @@ class Collector:
         by = self._young.get(source)
         if by is None:
             by = self._young[source] = {}
-        by[request_id] = self._tokens_a[request_id]
+        by[request_id] = tokens
 
     def on_tokens(
         self,
@@ -209,6 +227,7 @@ class Collector:
         t_ms: float,
         source: int = -1,
         run_times: F64 | None = None,
+        delta: BatchDelta | None = None,
     ) -> None:
         """A decode pass of worker ``source`` emitted one token for each of ``ids`` (unique) at
         ``t_ms``.
@@ -228,6 +247,9 @@ class Collector:
         *is* the array this source emitted last, every member last emitted at that pass's time
         and the gap is known without reading ``last_token``.  The result is the same (one
         weighted gap).
+
+        ``delta`` (the batch's change since that array, when the engine knows it) lets the pass
+        update the joiners and leavers only (:mod:`dmocker.replay.batch_epochs`); same result.
         """
         n = int(ids.shape[0])
         if n == 0:
@@ -241,10 +263,21 @@ class Collector:
             more = int(run_times.shape[0]) - 1
         gaps = self.gaps
         seen = None
+        epochs = self._epochs
         if source >= 0:
             prev_of = self._prev
             seen = prev_of.get(source)
             prev_of[source] = (ids, end)
+            if seen is not None and self._use_epochs and epochs.on_pass(source, ids, seen, delta, first, end, more):
+                if more:
+                    assert run_times is not None
+                    gaps.add_run(run_times, n)
+                young = self._young.get(source)
+                if young:
+                    self._young_tokens(young, first, more, run_times)
+                return
+        if epochs.active():  # members of a batch elsewhere (moved) are read from the arrays below
+            epochs.settle(ids.tolist())
         if n <= _SMALL_BATCH:
             # scalar updates on the stdlib arrays (same arithmetic as the numpy path below)
             rids = ids.tolist()
@@ -301,7 +334,8 @@ class Collector:
         """First and second token times of one source's watched requests (after its pass or run
         incremented their counts; a count that moved is that of an emitted request)."""
         done: list[int] = []
-        item = self._tokens_a.__getitem__
+        epochs = self._epochs
+        item = epochs.tokens_of if epochs.active() else self._tokens_a.__getitem__
         first_a = self._first_a
         second_a = self._second_a
         for rid, seen in young.items():

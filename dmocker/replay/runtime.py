@@ -618,7 +618,7 @@ class DisaggRuntime(ClusterControl):
                 self._lifecycle(done.lifecycle)
             return
         # Decode: tokens, then terminals, then lifecycle facts (the reference's order).
-        self.collector.on_tokens(done.emitted, now, idx, done.run_times)
+        self.collector.on_tokens(done.emitted, now, idx, done.run_times, done.delta)
         if done.finished.shape[0] == 0 and not done.rejected:
             if done.lifecycle:
                 self._lifecycle(done.lifecycle)

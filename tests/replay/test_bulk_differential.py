@@ -30,7 +30,8 @@ from .helpers import both_ways, engine_settings, small_workloads
 _KINDS = (Canceled, Failed, TimedOut)
 
 
-def _replay(params: dict[str, object], bulk: bool) -> tuple[str, str, str, tuple[int, int, int]]:
+def _replay(params: dict[str, object], bulk: bool,
+            batch_epochs: bool = True) -> tuple[str, str, str, tuple[int, int, int], int]:
     backend = Backend.SGLANG if params["engine"] == "sglang" else Backend.VLLM
     common = dict(backend=backend, block_size=params["block_size"], num_gpu_blocks=params["blocks"],
                   max_num_seqs=params["max_seqs"])
@@ -41,7 +42,7 @@ def _replay(params: dict[str, object], bulk: bool) -> tuple[str, str, str, tuple
     spec = params["spec"]
     assert isinstance(spec, SyntheticSpec)
     workload = SyntheticWorkload(spec)
-    collector = Collector(workload.num_requests)
+    collector = Collector(workload.num_requests, batch_epochs=batch_epochs)
     records, events = io.StringIO(), io.StringIO()
     decode = [make_worker(dargs, i) for i in range(int(params["decode"]))]  # type: ignore[call-overload]
     rt = DisaggRuntime(
@@ -57,7 +58,8 @@ def _replay(params: dict[str, object], bulk: bool) -> tuple[str, str, str, tuple
     summary = build_summary(collector, handoff_order=order_for_engine(backend.value).value,
                             sla=SlaThresholds(None, None, None))
     runs = tuple(sum(getattr(w, name) for w in decode) for name in ("bulk_runs", "bulk_joins", "bulk_tails"))
-    return records.getvalue(), events.getvalue(), json.dumps(summary, sort_keys=True), (runs[0], runs[1], runs[2])
+    return (records.getvalue(), events.getvalue(), json.dumps(summary, sort_keys=True), (runs[0], runs[1], runs[2]),
+            collector.epoch_passes)
 
 
 @st.composite
