@@ -7,6 +7,7 @@ import copy
 import dataclasses
 import os
 import pickle
+import sys
 
 import pytest
 
@@ -21,7 +22,6 @@ from dmocker.handoff import (
     TransferTiming,
     TransferTimingMode,
 )
-import dmocker.handoff._types as types_module
 
 PURE_BUILD = os.environ.get("DMOCKER_PURE", "") not in ("", "0")
 TIMING = TransferTiming(TransferTimingMode.DESTINATION_MISSING, 100, 1024, 2.5, state_bytes=7)
@@ -79,7 +79,7 @@ def test_defaults_and_field_order_are_the_documented_ones() -> None:
 @pytest.mark.skipif(PURE_BUILD, reason="DMOCKER_PURE build: Final fields are enforced by the compiled build")
 @pytest.mark.parametrize("value", VALUES, ids=lambda v: type(v).__name__)
 def test_compiled_values_refuse_assignment(value: object) -> None:
-    assert not (types_module.__file__ or "").endswith(".py")
+    assert not (sys.modules[type(value).__module__].__file__ or "").endswith(".py")  # compiled
     name = dataclasses.fields(value)[0].name  # type: ignore[arg-type]
     before = getattr(value, name)
     with pytest.raises(AttributeError):
