@@ -4,7 +4,9 @@ Why arrays: the reference keeps a hash-map entry (and, while recording, a Vec of
 times) per request -- about 10 KB each.  Here every request owns one slot (its ``request_id``)
 in a handful of typed arrays, 45 bytes in all, and each decode pass updates its emitted
 requests in place (scalar operations for a small batch, fancy indexing for a large one); nothing
-is allocated per token or per finished request.  Inter-token gaps go into the sketches of
+is allocated per token or per finished request.  When the engine says how its batch changed
+(a :class:`~dmocker.engines.interface.BatchDelta`), the batch's counts are kept per batch
+instead and only its joiners and leavers are touched (:mod:`dmocker.replay.batch_epochs`).  Inter-token gaps go into the sketches of
 :mod:`dmocker.replay.sketch` (DDSketch-style buckets, 0.1 % relative error, as the reference)
 together with exact count, sum, min and max.
 
