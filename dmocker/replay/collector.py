@@ -271,12 +271,7 @@ class Collector:
             seen = prev_of.get(source)
             prev_of[source] = (ids, end)
             if seen is not None and self._use_epochs and epochs.on_pass(source, ids, seen, delta, first, end, more):
-                if more:
-                    assert run_times is not None
-                    gaps.add_run(run_times, n)
-                young = self._young.get(source)
-                if young:
-                    self._young_tokens(young, first, more, run_times)
+                self._later_passes_and_young(n, first, more, run_times, source)
                 return
         if epochs.active():  # members of a batch elsewhere (moved) are read from the arrays below
             epochs.settle(ids.tolist())
@@ -325,9 +320,14 @@ class Collector:
                         gaps.add_many(first - prev)  # NaNs are dropped at fold time
             last[ids] = end
             self._tokens[ids] += _ONE_TOKEN if not more else np.int32(more + 1)
+        self._later_passes_and_young(n, first, more, run_times, source)
+
+    def _later_passes_and_young(self, n: int, first: float, more: int, run_times: F64 | None, source: int) -> None:
+        """The rest of a pass (or run) of ``n`` ids, however its counts were kept: the gaps of a
+        run's later passes, and the young requests' first and second token times."""
         if more:
             assert run_times is not None
-            gaps.add_run(run_times, n)
+            self.gaps.add_run(run_times, n)
         young = self._young.get(source)
         if young:
             self._young_tokens(young, first, more, run_times)

@@ -81,6 +81,11 @@ _STAGES: Final = (Stage.PREFILL, Stage.DECODE)
 _EARLY_CUT_PASSES: Final = 4  # a run cut before this many passes were done was not worth it
 _SOLO_MIN: Final = 4  # passes one by one after a first early cut ...
 _SOLO_MAX: Final = 64  # ... doubling while cuts stay early, up to this
+# A run's start and cut cost O(batch) (the batch's progress is set per request), a lazy pass
+# O(joins and leaves): for a batch of n, a run cut before n / 2 passes was not worth it, and
+# the one-by-one stretches start at n / 2 passes and may grow to 16 n.
+_EARLY_PER_BATCH: Final = 2
+_SOLO_MAX_PER_BATCH: Final = 16
 _PASS: Final = int(EventKind.PASS_COMPLETION)
 # Push ranks of pass completions within one time step, in the drain's order: the first round
 # of the first prefill pool phase (+ position), its later rounds, the first round of the first
@@ -162,10 +167,11 @@ class DisaggRuntime(ClusterControl):
         self._run_push = {}
         # Bulk runs that get cut within a few passes cost more than those passes one by one
         # (a run start and a cut against a few cheap passes): a decode worker whose run was cut
-        # that early runs its next passes one by one, for 4, 8, ... up to 64 passes while cuts
-        # stay early, and goes back to runs after one that lasts.  Speed only: bulk and
+        # that early (before max(4, batch / 2) passes) runs its next passes one by one, for
+        # max(4, batch / 2) passes, doubling while cuts stay early up to max(64, 16 x batch),
+        # and goes back to runs after one that lasts.  Speed only: bulk and
         # per-pass replays are identical (tests/replay/test_bulk_differential.py).
-        self._run_pass_ms: dict[int, tuple[float, float]] = {}  # decode worker -> (run start, pass ms)
+        self._run_pass_ms: dict[int, tuple[float, float, int]] = {}  # decode worker -> (run start, pass ms, batch)
         self._solo: dict[int, int] = {}  # decode worker -> passes left to run one by one
         self._solo_next: dict[int, int] = {}  # decode worker -> length of its next one-by-one stretch
         self._admission = admission
@@ -517,7 +523,7 @@ class DisaggRuntime(ClusterControl):
                         push(end, _EV_PASS, (st, idx), now, rank + pos if rank == first else rank)
                     else:
                         self._run_push[(st, idx)] = (now, rank + pos if rank == first else rank, first + pos)
-                        self._run_pass_ms[idx] = (now, end - last)
+                        self._run_pass_ms[idx] = (now, end - last, plan.decode_tokens)
                         push(end, _EV_PASS, (st, idx), last, first + pos)
             # later rounds of this phase push after every first-round push of the stage
             if rank == first:
@@ -546,11 +552,12 @@ class DisaggRuntime(ClusterControl):
         key = (stage, idx)
         started = self._run_pass_ms.pop(idx, None)
         if started is not None and stage == _D:
-            run_start, pass_ms = started
-            if self.now_ms - run_start < _EARLY_CUT_PASSES * pass_ms:
-                stretch = self._solo_next.get(idx, _SOLO_MIN)
+            run_start, pass_ms, n = started
+            half = n // _EARLY_PER_BATCH
+            if self.now_ms - run_start < max(_EARLY_CUT_PASSES, half) * pass_ms:
+                stretch = self._solo_next.get(idx, max(_SOLO_MIN, half))
                 self._solo[idx] = stretch
-                self._solo_next[idx] = min(2 * stretch, _SOLO_MAX)
+                self._solo_next[idx] = min(2 * stretch, max(_SOLO_MAX, _SOLO_MAX_PER_BATCH * n))
             else:
                 self._solo_next.pop(idx, None)
         self._events.remove(EventKind.PASS_COMPLETION, key)
