@@ -337,11 +337,12 @@ class Collector:
         incremented their counts; a count that moved is that of an emitted request)."""
         done: list[int] = []
         epochs = self._epochs
-        item = epochs.tokens_of if epochs.active() else self._tokens_a.__getitem__
+        in_epochs = epochs.active()
+        tokens_a = self._tokens_a
         first_a = self._first_a
         second_a = self._second_a
         for rid, seen in young.items():
-            now = item(rid)
+            now = epochs.tokens_of(rid) if in_epochs else tokens_a[rid]
             if now == seen:
                 continue
             if more:  # a run of 1 + more passes: the first at `first`, the second at run_times[1]
