@@ -11,15 +11,21 @@ injected Canceled / Failed / TimedOut facts), with and without bulk runs.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from dmocker.engines.interface import BatchDelta
 from dmocker.replay.collector import Collector
+from dmocker.replay.faults import FaultPlan, Pool, WorkerCrash
 from dmocker.replay.workload import SyntheticSpec
 
 from .helpers import both_ways
+from .planner.sample_planners import Stepper
 from .test_bulk_differential import _params, _replay
 
 
@@ -69,3 +75,49 @@ def test_a_delta_that_does_not_lead_from_the_last_array_is_ignored() -> None:
         assert repr(a.output_of(rid)) == repr(b.output_of(rid)), rid  # (NaN where no token)
     assert a.tokens.tolist() == b.tokens.tolist() and repr(a.last_token.tolist()) == repr(b.last_token.tolist())
     assert a.gaps.itl_stats() == b.gaps.itl_stats()
+
+
+def _run_both(tmp_path: Path, **kw: object) -> tuple[tuple[str, str], tuple[str, str], int]:
+    """``run(**kw)`` with the per-batch collector and with the plain one: (summary, records)
+    of each, and the passes the per-batch one applied by batch."""
+    import dmocker.replay.api as api
+
+    made: list[Collector] = []
+
+    def per_batch(n: int) -> Collector:
+        made.append(Collector(n))
+        return made[-1]
+
+    out: list[tuple[str, str]] = []
+    saved = api.Collector
+    try:
+        for name, factory in (("epochs", per_batch), ("plain", lambda n: Collector(n, batch_epochs=False))):
+            api.Collector = factory  # type: ignore[assignment,misc]
+            records = tmp_path / f"{name}.jsonl"
+            report = api.run(per_request=str(records), **kw)  # type: ignore[arg-type]
+            out.append((json.dumps(report.summary, sort_keys=True, default=str), records.read_text()))
+    finally:
+        api.Collector = saved  # type: ignore[misc]
+    return out[0], out[1], made[0].epoch_passes
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_epochs_match_through_crashes_restarts_and_a_planner(tmp_path: Path, engine: str) -> None:
+    """Workers that die mid-batch (their members re-admitted elsewhere), restart, and a planner
+    that adds and removes decode workers: the per-batch counts still give the plain outputs."""
+    spec = SyntheticSpec(requests=400, rate=40.0, isl_mean=800, osl_mean=120, spread=0.5, seed=11,
+                         trace_block_size=64)
+    crashes = FaultPlan(crashes=(WorkerCrash(Pool.DECODE, 0, 2500.0), WorkerCrash(Pool.DECODE, 1, 6000.0)),
+                        restart_s=1.0, cancel_rate=0.05, fail_rate=0.02, seed=3)
+    block = {"block_size": 64} if engine == "sglang" else {}
+    epochs, plain, used = _run_both(tmp_path, synthetic=spec, engine=engine, prefill_workers=2, decode_workers=3,
+                                    faults=crashes, **block)
+    assert used > 100, used
+    assert epochs == plain
+    # every 200 ms the pools swap between 1 and 3 workers: decode batches drained and refilled
+    epochs, plain, used = _run_both(tmp_path, synthetic=spec, engine=engine, prefill_workers=1, decode_workers=1,
+                                    planner=Stepper(), startup_time_s=0.05, **block)
+    assert used > 100, used
+    assert epochs == plain
+    summary = json.loads(epochs[0])
+    assert summary["decode_worker_seconds"] != summary["duration_ms"] / 1000.0  # it did scale
