@@ -144,12 +144,10 @@ class BatchTracker:
         """``ids`` goes into a completion: its delta from the previous array (None: the same
         array, or no previous one tracked); tracking goes on from ``ids``."""
         base = self.base
+        joined, left = self.joined, self.left
         self.base = ids
-        if base is None or base is ids:  # (an unchanged batch keeps its array)
-            self.reset()
-            self.base = ids
-            return None
-        delta = BatchDelta(base, ids, self.joined, self.left)
         self.joined = []
         self.left = []
-        return delta
+        if base is None or base is ids:  # untracked, or unchanged (a batch keeps its array)
+            return None
+        return BatchDelta(base, ids, joined, left)

@@ -226,8 +226,7 @@ class SglangWorker(SglDecodePath):
         else:
             fast = self._decode_running_vec(finished)
             if fast is not None:
-                decode_ms, emitted_arr = fast
-                delta = self._vec_delta
+                decode_ms, emitted_arr, delta = fast
                 retracted = False
             else:
                 self._sync_running()

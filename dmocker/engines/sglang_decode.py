@@ -92,7 +92,6 @@ class SglDecodePath(HandoffWorkerBase[SglRequest]):
         self._rids: list[int] = []  # ids of the running batch, in order, while lazy
         self._emit: I64 | None = None  # the same as an array (built on demand)
         self._batch = BatchTracker()  # joins and leaves between handed-out arrays, while lazy
-        self._vec_delta: BatchDelta | None = None  # of the array the last vectorised pass emitted
         self.vectorized_passes = 0
         self._bulk: _Run | None = None  # the bulk decode run in flight (start_pass(bulk=True))
         self._tail = False  # the run's last pass finishes requests, applied once it has started
@@ -180,10 +179,11 @@ class SglDecodePath(HandoffWorkerBase[SglRequest]):
 
     def _emit_appended(self, added: list[SglRequest]) -> None:
         """``added`` entered the batch (appended to ``_rids``)."""
-        self._batch.join([r.rid for r in added])
+        rids = [r.rid for r in added]
+        self._batch.join(rids)
         emit = self._emit
         if emit is not None:
-            self._emit = np.concatenate((emit, np.array([r.rid for r in added], dtype=np.int64)))
+            self._emit = np.concatenate((emit, np.array(rids, dtype=np.int64)))
 
     def _emit_removed(self, done: list[SglRequest]) -> None:
         """``done`` are about to leave the batch (still in ``_rids``)."""
@@ -197,10 +197,10 @@ class SglDecodePath(HandoffWorkerBase[SglRequest]):
         else:
             self._emit = None
 
-    def _decode_running_vec(self, finished: list[int]) -> tuple[float, I64] | None:
+    def _decode_running_vec(self, finished: list[int]) -> tuple[float, I64, BatchDelta | None] | None:
         """The per-request decode step over the whole running batch, for the common case:
         nobody is done before the step and the pool covers every page growth (no retraction).
-        Returns (decode ms, emitted ids), or None when the per-request step must run instead."""
+        Returns (decode ms, emitted ids, their BatchDelta), or None when the per-request step must run instead."""
         run = self._running
         if not run or not self._allow_vec:
             return None
@@ -230,11 +230,11 @@ class SglDecodePath(HandoffWorkerBase[SglRequest]):
         self._k = k + 1
         self.vectorized_passes += 1
         emitted = self._emitted()
-        self._vec_delta = self._batch.handout(emitted)
+        delta = self._batch.handout(emitted)
         done = self._fin.pop(k, None)
         if done is not None:
             self._retire(done, finished)
-        return decode_ms, emitted
+        return decode_ms, emitted, delta
 
     def _retire(self, done: list[SglRequest], finished: list[int]) -> None:
         """Running requests that yielded their last token in the pass just counted: write
