@@ -48,8 +48,10 @@ everything is per **run**:
 * ``starts`` maps the **first** hash of each run to it: the only per-hash index.  A cached
   block that does not start a run sits right after its chain predecessor in the same run, so
   a walk along a chain from its first block never needs the others: at each position the block
-  continues the current run (a list-slice comparison, C-level) or starts one (one lookup) or
-  is not cached.  So promoting writes one dict entry per new run, evicting deletes one per run
+  continues the current run or starts one (one lookup) or is not cached.  Whether a list
+  follows a run for ``m`` blocks is one comparison, of the ``m``-th blocks: a hash names its
+  whole prefix (see the contract below), so equal ``m``-th blocks mean equal stretches, and
+  where they differ a binary search over single blocks finds the split.  So promoting writes one dict entry per new run, evicting deletes one per run
   that empties (cutting a tail writes none), and splitting adds one.
 * ``lru`` lists inactive runs, oldest first, from ``lru_head``; a run's position is its
   ``stamp``, an entry leaving (re-referenced, evicted to nothing) becomes ``None``.  Eviction
@@ -57,7 +59,10 @@ everything is per **run**:
   that reach zero references, last-held first, so a request's leaves still go before its roots.
   ``untake`` puts evicted blocks back in front, one run per run they came from.
 
-The contract this rests on: every list a caller passes is a stretch of its chain, walked from a
+The contract this rests on: a hash names its whole prefix -- two blocks with equal hashes are
+the same block of the same prefix at the same position (prompt hashes are chained, see
+:mod:`dmocker.engines.hashing`; generated ids are per request and position) -- and every list a
+caller passes is a stretch of its chain, in chain order, walked from a
 known point.  ``match_prefix``, ``claim`` and ``acquire`` take a chain prefix (from the chain's
 first block); ``release`` takes what the caller holds, in chain order: its hit prefix, the
 blocks its promotes inserted (gaps where it had duplicates: the block after a gap started a run
@@ -138,15 +143,18 @@ class _Run:
         self.stamp = stamp  # absolute LRU position while inactive and listed, else -1
 
 
-def _common(a: list[int], i: int, b: list[int], p: int, n: int) -> int:
-    """Length of the common prefix of ``a[i:i+n]`` and ``b[p:p+n]``, given ``a[i] == b[p]``
-    (slice comparisons: a binary search over the part not yet known equal)."""
-    if a[i:i + n] == b[p:p + n]:
+def _common(a: Sequence[int], i: int, b: list[int], p: int, n: int) -> int:
+    """Length of the common prefix of ``a[i:i+n]`` and ``b[p:p+n]``, given ``a[i] == b[p]``.
+
+    A hash names its whole prefix (module docstring), so blocks ``k`` agree exactly when
+    every block up to ``k`` does: a binary search over single blocks, O(log n) comparisons
+    and no slices."""
+    if a[i + n - 1] == b[p + n - 1]:
         return n
-    lo, hi = 1, n - 1  # a[i:i+lo] == b[p:p+lo]; the common prefix is at most hi
+    lo, hi = 1, n - 1  # a[i + lo - 1] == b[p + lo - 1]; the common prefix is at most hi
     while lo < hi:
         mid = (lo + hi + 1) >> 1
-        if a[i + lo:i + mid] == b[p + lo:p + mid]:
+        if a[i + mid - 1] == b[p + mid - 1]:
             lo = mid
         else:
             hi = mid - 1
@@ -215,7 +223,7 @@ class BlockPool:
         them removes them from the LRU)."""
         starts = self.starts
         n = min(limit, len(hashes))
-        hs = hashes if isinstance(hashes, list) else list(hashes[:n])
+        hs = hashes
         i = 0
         active = -1
         zeros = 0
@@ -226,7 +234,7 @@ class BlockPool:
                 break
             keys = run.keys
             m = len(keys)
-            if i + m > n or hs[i:i + m] != keys:  # (else all of the run matches)
+            if i + m > n or hs[i + m - 1] != keys[m - 1]:  # (else all of the run matches)
                 m = _common(hs, i, keys, 0, min(m, n - i))
             if not run.refs:
                 zeros += m
@@ -254,7 +262,7 @@ class BlockPool:
         Carving a run adds the start of its rest, which the list diverges from (or has ended
         at), so later lookups are unaffected."""
         starts = self.starts
-        hs = hashes if isinstance(hashes, list) else list(hashes)
+        hs = hashes
         n = len(hs)
         runs: list[_Run] = []
         lengths: list[int] = []
@@ -263,7 +271,7 @@ class BlockPool:
             run = starts[hs[i]]
             keys = run.keys
             m = len(keys)
-            if i + m > n or hs[i:i + m] != keys:
+            if i + m > n or hs[i + m - 1] != keys[m - 1]:
                 m = _common(hs, i, keys, 0, min(m, n - i))
                 if carve and m != len(keys):
                     run = self._carve(run, m)
@@ -310,13 +318,18 @@ class BlockPool:
         nothing (False: nothing changed): the fit test runs before anything is touched
         (before runs are split too: an inactive run split off is no longer listed)."""
         if hashes:
-            # (free blocks cover it whatever is re-referenced; the hashes are all resident, so
-            # match_prefix counts the inactive ones)
-            if fresh > self.free:
-                reactivated = self.match_prefix(hashes, len(hashes))[2]
+            runs, lengths = self._stretches(hashes, False)
+            if fresh > self.free:  # (free blocks cover it whatever is re-referenced)
+                reactivated = 0
+                for run, m in zip(runs, lengths):
+                    if not run.refs:
+                        reactivated += m
                 if fresh > self.free + self.num_inactive - reactivated:
                     return False
-            self._acquire(self._pieces(hashes))
+            for k, run in enumerate(runs):  # (the list diverges from, or ends at, each rest)
+                if lengths[k] != len(run.keys):
+                    runs[k] = self._carve(run, lengths[k])
+            self._acquire(runs)
         return self.take(fresh)
 
     def take(self, n: int) -> bool:

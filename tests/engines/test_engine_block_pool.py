@@ -102,6 +102,26 @@ def test_match_prefix_counts_leading_resident_and_active() -> None:
     assert p.match_prefix([9, 10], 2) == (0, 0, 0)
 
 
+def test_a_chain_leaving_a_run_midway_is_split_there() -> None:
+    """Where a chain leaves a cached run is found block by block (the last blocks compared
+    first, then a binary search): at every split point, for match, claim and release."""
+    n = 9
+    for split in range(1, n + 1):
+        p = BlockPool(3 * n)
+        assert p.take(n)
+        run = list(range(100, 100 + n))
+        assert p.promote(run) == run
+        other = run[:split] + [1000 + split * 10 + k for k in range(n - split)]
+        assert p.match_prefix(other, n) == (split, split, 0)
+        assert p.match_prefix(other, split - 1 or 1) == (split - 1 or 1, split - 1 or 1, 0)
+        assert p.claim(other[:split], n - split)
+        assert p.refs_of(run) == [2] * split + [1] * (n - split)
+        p.release(other[:split])
+        p.release(run)
+        assert p.inactive_order() == run[::-1]
+        p.check()
+
+
 def test_a_run_restored_at_the_lru_head_is_listed(monkeypatch: pytest.MonkeyPatch) -> None:
     """untake puts the evicted tail back in front of the LRU list: it must be unlisted when
     re-referenced (its stamp is a real position), also when the stamps have to be rebuilt."""
