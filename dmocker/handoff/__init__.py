@@ -13,8 +13,6 @@ from typing import TYPE_CHECKING
 
 from dmocker.handoff._coordinator import HandoffCoordinator
 from dmocker.handoff._eventlog import EventLogWriter
-from dmocker.handoff._fair import DueFact, FairEnvironment, fair_environment
-from dmocker.handoff._monitor import InvariantError, Monitor, MonitorState, StepEvent, Violation
 from dmocker.handoff._registry import ACTION_CLASSES, FACT_CLASSES
 from dmocker.handoff._spec import (
     OBSERVABLE_SIDES,
@@ -60,7 +58,27 @@ from dmocker.handoff._types import (
 )
 
 if TYPE_CHECKING:
+    from dmocker.handoff._fair import DueFact, FairEnvironment, fair_environment
     from dmocker.handoff._machines import HandoffChart
+    from dmocker.handoff._monitor import InvariantError, Monitor, MonitorState, StepEvent, Violation
+
+#: Names imported on first use (module ``__getattr__``): the invariant monitor and the fair
+#: environment serve the checker, the Hypothesis kit and monitored coordinators, and a replay
+#: with the built-in coordinator loads neither.
+_LAZY = {
+    "DueFact": "_fair", "FairEnvironment": "_fair", "fair_environment": "_fair",
+    "InvariantError": "_monitor", "Monitor": "_monitor", "MonitorState": "_monitor",
+    "StepEvent": "_monitor", "Violation": "_monitor",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
 
 
 def build_chart(spec: ProtocolSpec, order: HandoffOrder) -> type[HandoffChart]:

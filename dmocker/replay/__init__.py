@@ -4,13 +4,29 @@
 vLLM / SGLang prefill and decode pools and returns a :class:`Report`.
 """
 
+from typing import TYPE_CHECKING
+
 from .api import DEFAULT_SYNTHETIC, run
 from .collector import TerminalStatus
 from .events import DeadEndError, ReplayInvariantError
-from .planner import PlannerError, PlannerMetrics, ScalingDecision
 from .report import Report, SlaThresholds
 from .routing import BaseRouter, QueuePolicy, Router, RouterConfig, RouterContext, RouterError
 from .workload import MooncakeTrace, SyntheticSpec, SyntheticWorkload, WorkloadError
+
+if TYPE_CHECKING:
+    from .planner import PlannerError, PlannerMetrics, ScalingDecision
+
+_PLANNER_NAMES = ("PlannerError", "PlannerMetrics", "ScalingDecision")
+
+
+def __getattr__(name: str) -> object:
+    """The planner's public names, imported on first use: a replay without a planner never
+    loads the planner's modules (a tenth of the package's import time)."""
+    if name in _PLANNER_NAMES:
+        from . import planner
+
+        return getattr(planner, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "DEFAULT_SYNTHETIC",

@@ -14,14 +14,13 @@ import math
 import os
 import time
 from collections.abc import Callable
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from dmocker._atomic import AtomicFile
 from dmocker.handoff import HandoffOrder, TransferTimingMode, order_for_engine
 from dmocker.engines.interface import Backend, EngineArgs, EngineWorker, WorkerType, make_worker
 
 from .collector import Collector
-from .planner.wiring import PlannerOptions, build_planner_loop
 from .report import JsonValue, Report, SlaThresholds, build_summary
 from .routing import Pool, RouterConfig, RouterContext, parse_router
 from .runtime import DisaggRuntime
@@ -30,6 +29,9 @@ from .faults import FaultPlan
 from .gc_quiet import collect_rarely
 from .timeseries import TimeSeries, TimeSeriesRecorder, add_standard_gauges, finish as finish_timeseries
 from .workload import AdmissionQueue, MooncakeTrace, SyntheticSpec, SyntheticWorkload, Workload, WorkloadError
+
+if TYPE_CHECKING:
+    from .planner.wiring import PlannerOptions
 
 __all__ = ["run", "DEFAULT_SYNTHETIC", "resolve_engine_args"]
 
@@ -194,11 +196,17 @@ def run(
     started = time.perf_counter()
     # ---- arguments -------------------------------------------------------------------------
     # ---- planner (None: fixed pools, exactly as before) -----------------------------------
-    planner_opts = PlannerOptions.check(
-        planner, startup_time_s=startup_time_s, throughput_interval_s=throughput_interval_s,
-        load_interval_s=load_interval_s, min_endpoint=min_endpoint, max_gpu_budget=max_gpu_budget,
-        sla_ttft_ms=sla_ttft_ms, sla_itl_ms=sla_itl_ms,
-    )
+    _check_float("startup_time_s", startup_time_s, positive=True)
+    planner_opts: PlannerOptions | None = None
+    if planner is not None:
+        # (imported here: a replay without a planner never loads the planner's modules)
+        from .planner.wiring import PlannerOptions
+
+        planner_opts = PlannerOptions.check(
+            planner, startup_time_s=startup_time_s, throughput_interval_s=throughput_interval_s,
+            load_interval_s=load_interval_s, min_endpoint=min_endpoint, max_gpu_budget=max_gpu_budget,
+            sla_ttft_ms=sla_ttft_ms, sla_itl_ms=sla_itl_ms,
+        )
     _check_int("prefill_workers", prefill_workers, 0 if planner_opts is not None else 1)
     _check_int("decode_workers", decode_workers, 0 if planner_opts is not None else 1)
     _check_int("trace_block_size", trace_block_size, 1)
@@ -330,11 +338,11 @@ def run(
     ]
     d_workers: list[EngineWorker] = [make_worker(decode_args, i) for i in range(decode_workers)]
     collector = Collector(workload.num_requests)
-    planner_loop = (
-        build_planner_loop(planner_opts, prefill_args, decode_args, (prefill_workers, decode_workers))
-        if planner_opts is not None else None
-    )
+    planner_loop = None
     if planner_opts is not None:
+        from .planner.wiring import build_planner_loop
+
+        planner_loop = build_planner_loop(planner_opts, prefill_args, decode_args, (prefill_workers, decode_workers))
         config.update(planner_opts.config_json())
     records_w = AtomicFile(per_request) if per_request is not None else None
     events_w = AtomicFile(events) if events is not None else None

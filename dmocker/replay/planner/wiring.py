@@ -7,7 +7,6 @@ config block of the report) lives here.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from dmocker.engines.interface import EngineArgs, EngineWorker, make_worker
@@ -31,7 +30,7 @@ class PlannerOptions:
 
     @staticmethod
     def check(
-        planner: object | None,
+        planner: object,
         *,
         startup_time_s: float,
         throughput_interval_s: float,
@@ -40,17 +39,9 @@ class PlannerOptions:
         max_gpu_budget: int,
         sla_ttft_ms: float | None,
         sla_itl_ms: float | None,
-    ) -> PlannerOptions | None:
-        """None without a planner; ``ValueError`` naming the argument on bad input."""
-        if (
-            isinstance(startup_time_s, bool)
-            or not isinstance(startup_time_s, (int, float))
-            or not math.isfinite(startup_time_s)
-            or startup_time_s < 0
-        ):
-            raise ValueError(f"startup_time_s must be a finite number >= 0, got {startup_time_s!r}")
-        if planner is None:
-            return None
+    ) -> PlannerOptions:
+        """The options of a run with ``planner``; ``ValueError`` naming the argument on bad
+        input (``startup_time_s`` is checked by the caller, with or without a planner)."""
         defaults = PlannerSettings()
         settings = PlannerSettings(
             sla_ttft_ms=sla_ttft_ms if sla_ttft_ms is not None else defaults.sla_ttft_ms,
