@@ -27,7 +27,9 @@ counter advanced by many passes, so its start and its cut cost one step per requ
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -41,6 +43,7 @@ from dmocker.engines.timing import PassTiming
 __all__ = ["SglDecodePath"]
 
 I64 = npt.NDArray[np.int64]
+_INT64: Final = np.int64  # (a static: read once, not looked up on numpy per call)
 
 
 def _lazy_ok(r: SglRequest) -> bool:
@@ -89,8 +92,8 @@ class SglDecodePath(HandoffWorkerBase[SglRequest]):
         self._grow: dict[int, list[SglRequest]] = {}  # pass -> requests that take a page in it
         self._fin: dict[int, list[SglRequest]] = {}  # pass -> requests that finish in it
         self._sum_off = 0  # sum of the running requests' offsets
-        self._rids: list[int] = []  # ids of the running batch, in order, while lazy
-        self._emit: I64 | None = None  # the same as an array (built on demand)
+        self._rids: array[int] = array("q")  # ids of the running batch, in order, while lazy
+        self._emit: I64 | None = None  # the same as a numpy array (built on demand)
         self._batch = BatchTracker()  # joins and leaves between handed-out arrays, while lazy
         self.vectorized_passes = 0
         self._bulk: _Run | None = None  # the bulk decode run in flight (start_pass(bulk=True))
@@ -162,40 +165,33 @@ class SglDecodePath(HandoffWorkerBase[SglRequest]):
         self._grow = {}
         self._fin = {}
         self._sum_off = 0
-        self._rids = []
+        self._rids = array("q")
         self._emit = None
         self._batch.reset()
 
     def _emitted(self) -> I64:
         emit = self._emit
         if emit is None:
-            emit = self._emit = np.array(self._rids, dtype=np.int64)
+            emit = self._emit = np.array(self._rids, _INT64)
         return emit
 
     # The emitted-ids array changes with the batch: a new array every time (handed-out arrays
-    # are never mutated; the collector's same-array shortcut relies on it), derived from the
-    # cached one when there is one -- a slice or two and a concatenation cost less than
-    # rebuilding it from the id list (tens of ids, after nearly every join and finish).
+    # are never mutated; the collector's same-array shortcut relies on it), copied from the id
+    # array when the next pass needs it: one C-level copy of the buffer, cheaper than deriving
+    # it from the previous array (a concatenation, or two slices and one), let alone building
+    # it from a list of ids.
 
     def _emit_appended(self, added: list[SglRequest]) -> None:
         """``added`` entered the batch (appended to ``_rids``)."""
-        rids = [r.rid for r in added]
-        self._batch.join(rids)
-        emit = self._emit
-        if emit is not None:
-            self._emit = np.concatenate((emit, np.array(rids, dtype=np.int64)))
+        self._batch.join([r.rid for r in added])
+        self._emit = None
 
     def _emit_removed(self, done: list[SglRequest]) -> None:
         """``done`` are about to leave the batch (still in ``_rids``)."""
         batch = self._batch
         for r in done:
             batch.leave(r.rid)
-        emit = self._emit
-        if emit is not None and len(done) == 1:
-            i = self._rids.index(done[0].rid)
-            self._emit = np.concatenate((emit[:i], emit[i + 1:]))
-        else:
-            self._emit = None
+        self._emit = None
 
     def _decode_running_vec(self, finished: list[int]) -> tuple[float, I64, BatchDelta | None] | None:
         """The per-request decode step over the whole running batch, for the common case:
@@ -449,8 +445,8 @@ class SglDecodePath(HandoffWorkerBase[SglRequest]):
             return
         run = self._running
         k, page = self._k, self._page
-        assert self._rids == [r.rid for r in run], (self._rids, run)
-        assert self._emit is None or self._emit.tolist() == self._rids, (self._emit, self._rids)
+        assert self._rids.tolist() == [r.rid for r in run], (self._rids, run)
+        assert self._emit is None or self._emit.tolist() == self._rids.tolist(), (self._emit, self._rids)
         assert self._sum_off == sum(r.off for r in run)
         grow = sorted((at, r.rid) for at, filed in self._grow.items() for r in filed)
         assert grow == sorted((r.npages * page - r.off, r.rid) for r in run), grow
