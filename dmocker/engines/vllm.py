@@ -104,6 +104,7 @@ class VllmWorker(LockstepDecode):
         self._bcount = [0] * self._bs
         self._sum_po = 0  # sum of prompt + off over lockstep running requests
         self._finish_at = {}
+        self._rid_q = None
         self._rid_arr = None
         self._batch = BatchTracker()
         # handoff registries (insertion-ordered: deterministic)
@@ -614,5 +615,6 @@ class VllmWorker(LockstepDecode):
         for h, c in self.pool.ref_counts().items():
             assert ref_count.get(h, 0) == c, (h, c, ref_count.get(h, 0))
         assert len(self._run) <= self.args.max_num_seqs
-        if self._lock and self._rid_arr is not None:  # the cached batch array is the batch
-            assert self._rid_arr.tolist() == list(self._run), (self._rid_arr, list(self._run))
+        if self._lock and self._rid_q is not None:  # the tracked ids are the batch
+            assert self._rid_q.tolist() == list(self._run), (self._rid_q, list(self._run))
+            assert self._rid_arr is None or self._rid_arr.tolist() == list(self._run), (self._rid_arr, list(self._run))

@@ -27,8 +27,10 @@ scheduler these methods fall back to.
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_right
 from itertools import accumulate
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -42,6 +44,7 @@ from dmocker.engines.vllm_request import Demand, VllmRequest, VllmStatus, blocks
 __all__ = ["LockstepDecode"]
 
 I64 = npt.NDArray[np.int64]
+_INT64: Final = np.int64  # (a static: read once, not looked up on numpy per call)
 
 
 class LockstepDecode(HandoffWorkerBase[VllmRequest]):
@@ -62,7 +65,8 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
     _bcount: list[int]
     _sum_po: int  # sum of prompt + off over lockstep running requests
     _finish_at: dict[int, list[VllmRequest]]
-    _rid_arr: I64 | None
+    _rid_q: array[int] | None  # ids of the batch, in running order, while tracked (None: rebuild)
+    _rid_arr: I64 | None  # the same as a numpy array (None: copy it again)
     _batch: BatchTracker  # joins and leaves between the handed-out batch arrays, in lockstep
     # the bulk decode run in flight: (start ms, pass end times, K before, block demand, free
     # blocks before, blocks evicted)
@@ -164,10 +168,10 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
                 del run[r.rid]
                 finished_ids.append(r.rid)
                 self._complete(r)
-        if joined and self._rid_arr is not None:
-            # run = the cached batch + the joiners (no-token newcomers already left again):
-            # extend the cached array instead of rebuilding it from `run` (O(batch) in Python)
-            self._rid_arr = np.concatenate((self._rid_arr, np.array(joined, dtype=np.int64)))
+        if joined and self._rid_q is not None:
+            # run = the tracked batch + the joiners (no-token newcomers already left again)
+            self._rid_q.extend(joined)
+            self._rid_arr = None
             self._batch.join(joined)
         emitted = self._running_ids()
         delta = self._batch.handout(emitted)
@@ -184,15 +188,10 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
                 finished_ids.append(r.rid)
                 self._complete(r)
         if finishing:
-            # the next batch is this one minus the leavers (a new array: handed-out arrays are
-            # never mutated; the collector's same-array shortcut relies on it)
-            keep = emitted != finishing[0].rid
-            batch = self._batch
-            batch.leave(finishing[0].rid)
-            for r in finishing[1:]:
-                keep &= emitted != r.rid
-                batch.leave(r.rid)
-            self._rid_arr = emitted[keep]
+            # the next batch is this one minus the leavers (a new array when the next pass
+            # asks: handed-out arrays are never mutated; the collector's same-array shortcut
+            # relies on it)
+            self._leave_batch(finishing)
         if not run:
             self._lock = False
         decode_ms = self._timing.decode_ms(n_ready, active_tokens) if not self._is_prefill else 0.0
@@ -203,12 +202,27 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
                            0, n_ready, delta)
 
     def _running_ids(self) -> I64:
+        """The batch's ids as the numpy array a completion hands out: the same array while
+        the batch is unchanged, else one buffer copy of the tracked ids (cheaper than
+        deriving it from the previous array: a concatenation per join, a mask per leave)."""
         arr = self._rid_arr
         if arr is None:
-            arr = np.fromiter(self._run.keys(), dtype=np.int64, count=len(self._run))
-            self._rid_arr = arr
-            self._batch.reset()  # a rebuilt array: the changes since the last are not known
+            q = self._rid_q
+            if q is None:
+                q = self._rid_q = array("q", self._run.keys())
+                self._batch.reset()  # rebuilt: the changes since the last array are not known
+            arr = self._rid_arr = np.array(q, _INT64)
         return arr
+
+    def _leave_batch(self, leavers: list[VllmRequest]) -> None:
+        """``leavers`` leave the tracked batch (``_running_ids`` was called since it changed)."""
+        q = self._rid_q
+        assert q is not None
+        batch = self._batch
+        for r in leavers:
+            q.remove(r.rid)
+            batch.leave(r.rid)
+        self._rid_arr = None
 
     def _materialize_at_rest(self) -> None:
         """Lockstep -> explicit state between passes (after pass ``K``)."""
@@ -236,6 +250,7 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
         self._sum_po = 0
         self._bcount = [0] * self._bs
         self._finish_at.clear()
+        self._rid_q = None
         self._rid_arr = None
         self._batch.reset()
 
@@ -261,6 +276,7 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
         self._bcount = bcount
         self._sum_po = sum_po
         self._finish_at = finish_at
+        self._rid_q = None
         self._rid_arr = None
         self._batch.reset()
         self._lock = True
@@ -350,8 +366,9 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
                 finish_at.setdefault(r.kf, []).append(r)
                 joined.append(r.rid)
             self._sum_po = sum_po
-            if self._rid_arr is not None:
-                self._rid_arr = np.concatenate((self._rid_arr, np.array(joined, dtype=np.int64)))
+            if self._rid_q is not None:
+                self._rid_q.extend(joined)
+                self._rid_arr = None
                 self._batch.join(joined)
             admissions = tuple(adm)
         active0 = self._sum_po + n * K  # summed sequence lengths before pass k's sample
@@ -384,13 +401,9 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
         run = self._run
         bs = self._bs
         bcount = self._bcount
-        emitted = self._running_ids()
-        keep = emitted != finishing[0].rid
-        for r in finishing[1:]:
-            keep &= emitted != r.rid
-        batch = self._batch
+        self._running_ids()  # (tracked from here)
+        self._leave_batch(finishing)
         for r in finishing:
-            batch.leave(r.rid)
             del run[r.rid]
             bcount[r.bkt] -= 1
             self._sum_po -= r.prompt + r.off
@@ -398,7 +411,6 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
             r.computed = r.seq - 1
             r.nblocks = ceil_div(r.computed, bs)
             self._complete(r)
-        self._rid_arr = emitted[keep]
         if not run:
             self._lock = False
 
