@@ -10,7 +10,6 @@ coordinator I/O they use are declared in :mod:`~dmocker.replay.runtime_base`.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
 from typing import Final
 
 from dmocker.handoff import (
@@ -37,7 +36,7 @@ from .request_state import Phase, Queued, RequestState, Stage
 from .routing import RouterError
 from .runtime_base import RuntimeBase
 
-__all__ = ["ActionExecution", "EXECUTORS", "executor_for"]
+__all__ = ["ActionExecution"]
 
 _Req = RequestState
 _Queued = Queued
@@ -111,6 +110,30 @@ class ActionExecution(RuntimeBase):
                 if not d[key]:
                     del d[key]
         req.queued = 0
+
+    def _execute(self, req: _Req, issued: IssuedAction) -> bool:
+        """Execute ``issued`` (False: parked or deferred).  A chain of type checks over the
+        closed set of action classes: they are final compiled classes, so each check is one
+        pointer comparison and each branch a native call (a table of unbound methods costs
+        a Python-level call per action)."""
+        a = issued.action
+        if isinstance(a, SubmitPrefill):
+            return self._submit_prefill(req, issued)
+        if isinstance(a, ReserveDestination):
+            return self._reserve_destination(req, issued)
+        if isinstance(a, StartTransfer):
+            return self._start_transfer(req, issued)
+        if isinstance(a, ActivateDestination):
+            return self._activate_destination(req, issued)
+        if isinstance(a, ReleaseSource):
+            return self._release_source(req, issued)
+        if isinstance(a, Complete):
+            return self._complete_action(req, issued)
+        if isinstance(a, CancelSource):
+            return self._cancel_source(req, issued)
+        if isinstance(a, CancelDestination):
+            return self._cancel_destination(req, issued)
+        raise ReplayInvariantError(f"unknown action {a!r}")  # pragma: no cover - closed set
 
     def _submit_prefill(self, req: _Req, issued: IssuedAction) -> bool:
         return self._acquire(req, issued, _P)
@@ -300,26 +323,5 @@ class ActionExecution(RuntimeBase):
                 self._retire(req)
         else:
             raise ReplayInvariantError(f"request {req.rid}: Complete without a completion")
-
-
-_Executor = Callable[[ActionExecution, _Req, IssuedAction], bool]
-# Action class -> the runtime method that executes it (the dispatch of _drive_actions).
-EXECUTORS: Final[dict[type, _Executor]] = {
-    SubmitPrefill: ActionExecution._submit_prefill,
-    ReserveDestination: ActionExecution._reserve_destination,
-    StartTransfer: ActionExecution._start_transfer,
-    ActivateDestination: ActionExecution._activate_destination,
-    ReleaseSource: ActionExecution._release_source,
-    CancelSource: ActionExecution._cancel_source,
-    CancelDestination: ActionExecution._cancel_destination,
-    Complete: ActionExecution._complete_action,
-}
-
-
-def executor_for(issued: IssuedAction) -> _Executor:
-    execute = EXECUTORS.get(type(issued.action))
-    if execute is None:  # pragma: no cover - closed set
-        raise ReplayInvariantError(f"unknown action {issued.action!r}")
-    return execute
 
 

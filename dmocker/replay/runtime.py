@@ -52,7 +52,6 @@ from dmocker.engines.interface import (
     PassPlan,
 )
 
-from .actions import EXECUTORS, executor_for
 from .cluster_control import ClusterControl
 from .collector import Collector, TerminalStatus
 from .events import DeadEndError, EventKind, EventQueue, ReplayInvariantError
@@ -67,6 +66,16 @@ _Req = RequestState
 _Queued = Queued
 
 __all__ = ["Phase", "Stage", "DisaggRuntime", "RuntimeResult", "CoordinatorFactory"]
+
+
+def _any(flags: list[bool]) -> bool:
+    """``True in flags`` as a native loop (the ``in`` test is a generic comparison per item;
+    the drain asks this of both pools' dirty flags several times a sweep)."""
+    for flag in flags:
+        if flag:
+            return True
+    return False
+
 
 #: Builds a request's coordinator: ``factory(request_id, order, fallback_transfer_delay_ms=...,
 #: spec=...)``.  The default is HandoffCoordinator itself; faults and user coordinators plug in here.
@@ -327,9 +336,9 @@ class DisaggRuntime(ClusterControl):
                 changed = self._release_arrivals() or changed
             if self._pending:
                 changed = self._drive_actions() or changed
-            if True in dirty_p:
+            if _any(dirty_p):
                 changed = self._drive_pool(_PREFILL) or changed
-            if True in dirty_d:
+            if _any(dirty_d):
                 changed = self._drive_pool(_DECODE) or changed
             self._pools_started = True
             planner = self._planner
@@ -346,8 +355,8 @@ class DisaggRuntime(ClusterControl):
             # above is guarded by exactly one of these tests, so this is the same fixed point.
             if (
                 not self._pending
-                and True not in dirty_p
-                and True not in dirty_d
+                and not _any(dirty_p)
+                and not _any(dirty_d)
                 and not (heap and (heap[0][0] == now or heap[0][1] == _TRANSFER or self._stale > 32))
                 and not admission.has_ready(now)
             ):
@@ -457,17 +466,12 @@ class DisaggRuntime(ClusterControl):
         changed = False
         pending = self._pending
         popleft = pending.popleft
-        executors = EXECUTORS
         while pending:
             req, issued = popleft()
             req.queued -= 1
             if req.phase is _DONE:  # pragma: no cover - removed on retirement
                 continue
-            # One dict lookup on the action class (see actions.EXECUTORS); False = parked or deferred.
-            execute = executors.get(type(issued.action))
-            if execute is None:  # pragma: no cover - closed set
-                execute = executor_for(issued)
-            if execute(self, req, issued):
+            if self._execute(req, issued):  # False: parked or deferred
                 changed = True
         return changed
 
@@ -487,7 +491,7 @@ class DisaggRuntime(ClusterControl):
         solos = self._solo
         decode = st == _D
         planner = self._planner
-        push = self._events.push
+        events = self._events  # (called as a method: a native call; a bound-method alias is not)
         progress = True
         while progress:
             progress = False
@@ -520,15 +524,15 @@ class DisaggRuntime(ClusterControl):
                 else:
                     last = plan.last_start_ms
                     if last is None:
-                        push(end, _EV_PASS, (st, idx), now, rank + pos if rank == first else rank)
+                        events.push(end, _EV_PASS, (st, idx), now, rank + pos if rank == first else rank)
                     else:
                         self._run_push[(st, idx)] = (now, rank + pos if rank == first else rank, first + pos)
                         self._run_pass_ms[idx] = (now, end - last, plan.decode_tokens)
-                        push(end, _EV_PASS, (st, idx), last, first + pos)
+                        events.push(end, _EV_PASS, (st, idx), last, first + pos)
             # later rounds of this phase push after every first-round push of the stage
             if rank == first:
                 rank = _RANK_P2 if st == _P else _RANK_LATE
-            if progress and True not in dirty:
+            if progress and not _any(dirty):
                 break  # a further round would find no worker to ask
         return changed
 
