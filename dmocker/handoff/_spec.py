@@ -88,6 +88,8 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Region:
+    """One region of the product state machine: its states (with their docs), the initial one."""
+
     name: str
     doc: str
     initial: str
@@ -97,6 +99,8 @@ class Region:
 
 @dataclass(frozen=True, slots=True)
 class Check:
+    """A guard a transition checks before it fires, and the error it raises when the guard fails."""
+
     guard: str
     error: HandoffErrorKind
 
@@ -130,6 +134,8 @@ class Transition:
 
 @dataclass(frozen=True, slots=True)
 class ActionSpec:
+    """An action the coordinator issues: its side, what it acquires or cleans up, the outcomes allowed."""
+
     name: str
     side: str
     acquires: bool
@@ -141,6 +147,8 @@ class ActionSpec:
 
 @dataclass(frozen=True, slots=True)
 class FactSpec:
+    """A fact the environment reports: whether it is terminal, and the payload fields it carries."""
+
     name: str
     terminal: bool
     #: the payload fields the fact carries besides its handoff id (names of the fact class's fields)
@@ -149,6 +157,8 @@ class FactSpec:
 
 @dataclass(frozen=True, slots=True)
 class Invariant:
+    """A safety property the monitor checks on every step, with its parameters."""
+
     id: str
     kind: str
     orders: tuple[HandoffOrder, ...]
@@ -158,6 +168,9 @@ class Invariant:
 
 @dataclass(frozen=True, slots=True)
 class ProtocolSpec:
+    """The whole protocol as read from the spec file (``spec/handoff.json``): the one source every
+    machine, table, checker, fuzzer, diagram and replay derives from."""
+
     path: str
     spec_version: str
     doc: str

@@ -130,12 +130,13 @@ class _Compiler:
             if a.pending is not None and config[a.pending[0]] == a.pending[1]
         )
 
-    def entry(self, config: dict[str, str], event: str) -> tuple[Entry, dict[str, str] | None]:
+    def entry(self, config: dict[str, str], event: str, pending: tuple[str, ...]) -> tuple[Entry, dict[str, str] | None]:
+        """The table entry of ``event`` in ``config`` (``pending``: :meth:`pending_of` it)."""
         if "." in event:
             action_name, _, _kind = event.partition(".")
             if config["mode"] in self.spec.complete_modes:
                 return IGNORE, None
-            if action_name not in self.pending_of(config):
+            if action_name not in pending:
                 return NOT_APPLICABLE, None
         chosen = next((t for t in self.by_event.get(event, []) if _matches(t, config)), None)
         if chosen is None:
@@ -199,8 +200,9 @@ class _Compiler:
             s = queue.popleft()
             config = dict(zip(self.regions, configs[s]))
             row: list[tuple[Entry, Config | None]] = []
+            pending = self.pending_of(config)  # (once per state, not per outcome event)
             for event in events:
-                entry, new = self.entry(config, event)
+                entry, new = self.entry(config, event, pending)
                 target: Config | None = None
                 if new is not None:
                     target = key_of(new)

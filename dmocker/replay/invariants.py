@@ -50,6 +50,8 @@ class InvariantBreak:
 
 @dataclass(frozen=True, slots=True)
 class EndOfRun:
+    """What the end-of-run checks found: KV blocks still held, and every invariant that broke."""
+
     leaked_kv_blocks: int
     breaks: tuple[InvariantBreak, ...]
 
