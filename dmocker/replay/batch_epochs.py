@@ -162,10 +162,15 @@ class BatchEpochs:
         n = c + len(prev)
         if n:
             v = t0 if c else prev[0]
-            if all(p == v for p in prev):
+            same = True
+            for p in prev:
+                if p != v:
+                    same = False
+                    break
+            if same:
                 self._gaps.add_same(first - v, n)
             else:
-                self._gaps.add_many(first - np.array([t0] * c + prev, dtype=np.float64))
+                self._gaps.add_split(first, t0, c, prev)
         mark = ep.mark
         p0 = ep.passes
         for rid in delta.joined:

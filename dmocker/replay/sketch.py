@@ -289,6 +289,27 @@ class GapSketches:
         self._buf[fill:fill + n] = gaps
         self._fill = fill + n
 
+    def add_split(self, first: float, t0: float, c: int, prev: list[float]) -> None:
+        """:meth:`add_many` of ``c`` gaps ``first - t0`` followed by ``first - p`` for each
+        of ``prev``: the same values in the same order, written straight into the staging
+        buffer (no array built and subtracted per call: a batch's pass with a joiner)."""
+        n = c + len(prev)
+        fill = self._fill
+        if fill + n > self._BUFFER:
+            self.flush()
+            fill = 0
+            if n > self._BUFFER:
+                self._fold(first - np.array([t0] * c + prev, dtype=np.float64))
+                return
+        buf = self._buf
+        if c:
+            buf[fill:fill + c] = first - t0
+        j = fill + c
+        for p in prev:
+            buf[j] = first - p
+            j += 1
+        self._fill = fill + n
+
     def flush(self) -> None:
         if self._fill:
             self._fold(self._buf[: self._fill])

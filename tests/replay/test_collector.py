@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from dmocker.replay import collector as collector_module
 from dmocker.replay.collector import Collector, DistributionStats, LogSketch, TerminalStatus, nearest_rank
 from dmocker.replay.report import SlaThresholds, build_summary, request_uuid, stable_json
+from dmocker.replay.sketch import GapSketches
 
 
 def test_nearest_rank_rounds_half_up() -> None:
@@ -298,3 +299,20 @@ def test_sketch_quantile_is_the_bucket_representative_even_beyond_min_and_max() 
     assert rep < st_.min
     assert st_.median == pytest.approx(rep, rel=1e-12) and st_.p99 == pytest.approx(rep, rel=1e-12)
     assert st_.median == pytest.approx(5.818253245173, rel=1e-9)
+
+
+@pytest.mark.parametrize(("c", "prev"), [(0, [1.0]), (3, [0.5, 2.0, 2.0]), (65_530, [1.0] * 10), (70_000, [1.5])])
+def test_gap_split_is_the_same_gaps_one_by_one(c: int, prev: list[float]) -> None:
+    """``add_split`` (a joiner's pass: ``c`` equal gaps, then one per joiner) stages exactly
+    what ``add_many`` of the same gaps does, across a full staging buffer and past its size."""
+    split, plain = GapSketches(), GapSketches()
+    for sk in (split, plain):
+        sk.add_many(np.linspace(0.5, 40.0, 100))
+        sk.add_same(3.0, 7)
+    split.add_split(10.0, 7.25, c, prev)
+    plain.add_many(10.0 - np.array([7.25] * c + prev, dtype=np.float64))
+    for sk in (split, plain):
+        sk.add_many(np.array([0.0, 2.5]))
+        sk.flush()
+    assert split.itl.stats() == plain.itl.stats() and split.itl.count == 100 + 7 + c + len(prev) + 2
+    assert split.per_user.stats() == plain.per_user.stats()
