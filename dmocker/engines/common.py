@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
 from itertools import chain
-from typing import Hashable, Iterable, Protocol, Sequence, TypeVar
+from typing import Final, Hashable, Iterable, Protocol, Sequence, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -12,7 +13,11 @@ import numpy.typing as npt
 from dmocker.engines.block_pool import KvChunk
 from dmocker.engines.interface import BatchDelta, IdArray, KvEvent, KvRemoved, KvStored, PassCompletion
 
-__all__ = ["kv_events", "ceil_div", "remove_pending", "cut_point", "cut_completion", "blocks_freed", "BatchTracker"]
+_INT64: Final = np.int64  # (a static: read once, not looked up on numpy per call)
+
+__all__ = [
+    "kv_events", "ceil_div", "remove_pending", "cut_point", "cut_completion", "blocks_freed", "BatchIds", "BatchTracker",
+]
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -112,6 +117,41 @@ def blocks_freed(pool: _RefCounts, holdings: Iterable[tuple[int, Sequence[int]]]
         if refs[h] == n:
             freed += 1
     return freed
+
+
+class BatchIds:
+    """The ids of a decode batch, in batch order, kept two ways: an ``array('q')``, copied in
+    one go into the numpy array a completion hands out (cheaper than deriving that array from
+    the previous one: a concatenation per join, a mask or slices per leave), and a list, where
+    a leaver is found (``list.index`` compares the ids as they are; ``array.remove`` makes an
+    int object of every element it passes)."""
+
+    def __init__(self, ids: Iterable[int] = ()) -> None:
+        self._list: list[int] = list(ids)
+        self._array: array[int] = array("q", self._list)
+
+    def __len__(self) -> int:
+        return len(self._list)
+
+    def append(self, rid: int) -> None:
+        self._list.append(rid)
+        self._array.append(rid)
+
+    def extend(self, rids: list[int]) -> None:
+        self._list.extend(rids)
+        self._array.fromlist(rids)
+
+    def remove(self, rid: int) -> None:
+        i = self._list.index(rid)
+        del self._list[i]
+        del self._array[i]
+
+    def to_numpy(self) -> IdArray:
+        """A new numpy array of the ids (never mutated afterwards by this object)."""
+        return np.array(self._array, _INT64)
+
+    def tolist(self) -> list[int]:
+        return list(self._list)
 
 
 class BatchTracker:

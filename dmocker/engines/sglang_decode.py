@@ -27,15 +27,13 @@ counter advanced by many passes, so its start and its cut cost one step per requ
 
 from __future__ import annotations
 
-from array import array
 from collections import deque
-from typing import Final
 
 import numpy as np
 import numpy.typing as npt
 
 from dmocker.engines.handoff_base import HandoffWorkerBase
-from dmocker.engines.common import BatchTracker, blocks_freed, cut_completion, cut_point
+from dmocker.engines.common import BatchIds, BatchTracker, blocks_freed, cut_completion, cut_point
 from dmocker.engines.interface import Admission, BatchDelta, EngineArgs, PassCompletion, PassPlan, empty_ids
 from dmocker.engines.sglang_request import SglRequest, SglStatus
 from dmocker.engines.timing import PassTiming
@@ -43,7 +41,6 @@ from dmocker.engines.timing import PassTiming
 __all__ = ["SglDecodePath"]
 
 I64 = npt.NDArray[np.int64]
-_INT64: Final = np.int64  # (a static: read once, not looked up on numpy per call)
 
 
 def _lazy_ok(r: SglRequest) -> bool:
@@ -92,7 +89,7 @@ class SglDecodePath(HandoffWorkerBase[SglRequest]):
         self._grow: dict[int, list[SglRequest]] = {}  # pass -> requests that take a page in it
         self._fin: dict[int, list[SglRequest]] = {}  # pass -> requests that finish in it
         self._sum_off = 0  # sum of the running requests' offsets
-        self._rids: array[int] = array("q")  # ids of the running batch, in order, while lazy
+        self._rids = BatchIds()  # ids of the running batch, in order, while lazy
         self._emit: I64 | None = None  # the same as a numpy array (built on demand)
         self._batch = BatchTracker()  # joins and leaves between handed-out arrays, while lazy
         self.vectorized_passes = 0
@@ -165,21 +162,19 @@ class SglDecodePath(HandoffWorkerBase[SglRequest]):
         self._grow = {}
         self._fin = {}
         self._sum_off = 0
-        self._rids = array("q")
+        self._rids = BatchIds()
         self._emit = None
         self._batch.reset()
 
     def _emitted(self) -> I64:
         emit = self._emit
         if emit is None:
-            emit = self._emit = np.array(self._rids, _INT64)
+            emit = self._emit = self._rids.to_numpy()
         return emit
 
     # The emitted-ids array changes with the batch: a new array every time (handed-out arrays
-    # are never mutated; the collector's same-array shortcut relies on it), copied from the id
-    # array when the next pass needs it: one C-level copy of the buffer, cheaper than deriving
-    # it from the previous array (a concatenation, or two slices and one), let alone building
-    # it from a list of ids.
+    # are never mutated; the collector's same-array shortcut relies on it), copied from the
+    # batch's ids when the next pass needs it (BatchIds).
 
     def _emit_appended(self, added: list[SglRequest]) -> None:
         """``added`` entered the batch (appended to ``_rids``)."""

@@ -55,7 +55,7 @@ from dmocker.engines.interface import (
 )
 from dmocker.engines.timing import PassTiming
 from dmocker.engines.vllm_lockstep import LockstepDecode
-from dmocker.engines.vllm_request import Demand, VllmRequest, VllmStatus
+from dmocker.engines.vllm_request import VllmRequest, VllmStatus
 
 __all__ = ["VllmWorker"]
 

@@ -27,15 +27,13 @@ scheduler these methods fall back to.
 
 from __future__ import annotations
 
-from array import array
 from bisect import bisect_right
 from itertools import accumulate
-from typing import Final
 
 import numpy as np
 import numpy.typing as npt
 
-from dmocker.engines.common import BatchTracker, blocks_freed, ceil_div, cut_completion, cut_point
+from dmocker.engines.common import BatchIds, BatchTracker, blocks_freed, ceil_div, cut_completion, cut_point
 from dmocker.engines.handoff_base import HandoffWorkerBase
 from dmocker.engines.interface import Admission, BatchDelta, EngineArgs, PassCompletion, PassPlan, empty_ids
 from dmocker.engines.timing import PassTiming
@@ -44,7 +42,6 @@ from dmocker.engines.vllm_request import Demand, VllmRequest, VllmStatus, blocks
 __all__ = ["LockstepDecode"]
 
 I64 = npt.NDArray[np.int64]
-_INT64: Final = np.int64  # (a static: read once, not looked up on numpy per call)
 
 
 class LockstepDecode(HandoffWorkerBase[VllmRequest]):
@@ -65,7 +62,7 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
     _bcount: list[int]
     _sum_po: int  # sum of prompt + off over lockstep running requests
     _finish_at: dict[int, list[VllmRequest]]
-    _rid_q: array[int] | None  # ids of the batch, in running order, while tracked (None: rebuild)
+    _rid_q: BatchIds | None  # ids of the batch, in running order, while tracked (None: rebuild)
     _rid_arr: I64 | None  # the same as a numpy array (None: copy it again)
     _batch: BatchTracker  # joins and leaves between the handed-out batch arrays, in lockstep
     # the bulk decode run in flight: (start ms, pass end times, K before, block demand, free
@@ -204,14 +201,14 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
     def _running_ids(self) -> I64:
         """The batch's ids as the numpy array a completion hands out: the same array while
         the batch is unchanged, else one buffer copy of the tracked ids (cheaper than
-        deriving it from the previous array: a concatenation per join, a mask per leave)."""
+        deriving it from the previous array, see BatchIds)."""
         arr = self._rid_arr
         if arr is None:
             q = self._rid_q
             if q is None:
-                q = self._rid_q = array("q", self._run.keys())
+                q = self._rid_q = BatchIds(self._run.keys())
                 self._batch.reset()  # rebuilt: the changes since the last array are not known
-            arr = self._rid_arr = np.array(q, _INT64)
+            arr = self._rid_arr = q.to_numpy()
         return arr
 
     def _leave_batch(self, leavers: list[VllmRequest]) -> None:

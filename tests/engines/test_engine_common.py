@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
+import numpy.typing as npt
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dmocker.engines.common import kv_events
+from dmocker.engines.common import BatchIds, kv_events
 from dmocker.engines.hashing import HASH_BITS
 from dmocker.engines.interface import KvEvent, KvRemoved, KvStored
 
@@ -55,3 +57,31 @@ def test_neighbouring_chunks_of_one_kind_are_one_event() -> None:
     assert kv_events([(True, (5,)), (False, (5,)), (True, (5,))]) == (
         KvStored((5,)), KvRemoved((5,)), KvStored((5,)))
     assert kv_events([(False, (1, 2)), (False, (3,)), (True, (4,))]) == (KvRemoved((1, 2, 3)), KvStored((4,)))
+
+
+@given(st.lists(st.tuples(st.sampled_from(["add", "extend", "remove"]), st.integers(0, 40)), max_size=60))
+def test_batch_ids_follow_a_plain_list(ops: list[tuple[str, int]]) -> None:
+    """BatchIds keeps its ids in batch order like a list, and every array it hands out keeps
+    the ids it had (later changes never write into it)."""
+    ids, model = BatchIds([7, 8]), [7, 8]
+    handed: list[tuple[list[int], npt.NDArray[np.int64]]] = []
+    next_id = 100
+    for op, k in ops:
+        if op == "add":
+            ids.append(next_id)
+            model.append(next_id)
+            next_id += 1
+        elif op == "extend":
+            new = list(range(next_id, next_id + k % 4))
+            ids.extend(new)
+            model.extend(new)
+            next_id += k % 4
+        elif model:
+            rid = model[k % len(model)]
+            ids.remove(rid)
+            model.remove(rid)
+        arr = ids.to_numpy()
+        assert arr.dtype == np.int64 and arr.tolist() == model == ids.tolist() and len(ids) == len(model)
+        handed.append((list(model), arr))
+    for snapshot, arr in handed:
+        assert arr.tolist() == snapshot
