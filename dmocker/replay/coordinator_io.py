@@ -13,6 +13,7 @@ from typing import Final
 from dmocker.handoff import (
     DestinationReserved,
     Fact,
+    HandoffCoordinator,
     HandoffError,
     HandoffOrder,
     IssuedAction,
@@ -66,7 +67,11 @@ class CoordinatorIO(ActionExecution):
         if hashes is None:
             hashes = block_hashes_from_trace(turn.hash_ids, turn.input_length, self._trace_block, self._block_size)
         request = EngineRequest(rid, turn.input_length, turn.output_length, hashes)
-        coord = self._make_coord(rid, self._order, fallback_transfer_delay_ms=self._fallback, spec=self._spec)
+        make = self._make_coord
+        if make is HandoffCoordinator:  # the default: a native constructor call, not a generic call with keywords
+            coord = HandoffCoordinator(rid, self._order, fallback_transfer_delay_ms=self._fallback, spec=self._spec)
+        else:
+            coord = make(rid, self._order, fallback_transfer_delay_ms=self._fallback, spec=self._spec)
         req = _Req(turn, item.arrival_ms, coord, request)
         if self._order is _DEST_FIRST:
             req.phase = _AWAITING_DESTINATION
