@@ -20,6 +20,7 @@ from __future__ import annotations
 import enum
 import heapq
 import math
+from heapq import heappush
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Final, Generic, TypeVar, final
@@ -83,9 +84,9 @@ class EventQueue(Generic[P]):
         of ``order_ms`` (the caller's clock when it pushes), then of ``rank``, then of pushing;
         a bulk decode run's completion passes the start of its last pass and the rank of the
         point in that time step where the per-pass simulation would have pushed it."""
-        if not math.isfinite(time_ms):
+        if time_ms - time_ms != 0.0:  # (inf or nan: native float arithmetic, no call)
             raise ReplayInvariantError(f"event scheduled at non-finite time {time_ms!r}")
-        heapq.heappush(self._heap, (time_ms, int(kind), (order_ms, rank, self._seq), payload))
+        heappush(self._heap, (time_ms, int(kind), (order_ms, rank, self._seq), payload))
         self._seq += 1
 
     def peek(self) -> _Peek | None:

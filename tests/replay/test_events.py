@@ -102,3 +102,12 @@ def test_non_finite_times_are_refused() -> None:
 def test_dead_end_message_lists_requests() -> None:
     err = DeadEndError(12.5, [f"request {i}" for i in range(12)])
     assert "12 request(s)" in str(err) and "request 0" in str(err) and "(+2 more)" in str(err)
+
+
+@pytest.mark.parametrize("t", [math.inf, -math.inf, math.nan])
+def test_an_event_at_a_non_finite_time_is_refused(t: float) -> None:
+    q: EventQueue[int] = EventQueue()
+    with pytest.raises(ReplayInvariantError, match="non-finite time"):
+        q.push(t, EventKind.PASS_COMPLETION, 1)
+    q.push(1e300, EventKind.PASS_COMPLETION, 2)  # large but finite
+    assert len(q) == 1
