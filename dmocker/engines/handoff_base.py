@@ -84,6 +84,10 @@ class HandoffWorkerBase(Generic[R]):
     _waiting_status: enum.Enum
     _pending_status: enum.Enum
     _link: TransferTiming
+    # engine arguments read every pass, copied into native fields (``args`` is interpreted)
+    _max_seqs: int  # args.max_num_seqs
+    _mbt: int  # args.max_num_batched_tokens
+    _decode_worker: bool  # args.worker_type is WorkerType.DECODE
 
     def _source_held(self, handoff: Hashable, prompt_tokens: int) -> SourceHeld:
         """The fact a finished source reports: ``args.transfer_timing(prompt_tokens)``, built from

@@ -90,6 +90,8 @@ __all__ = [
     "EngineWorker",
     "IdArray",
     "make_worker",
+    "empty_ids",
+    "ids_array",
 ]
 
 IdArray: TypeAlias = npt.NDArray[np.int64]
@@ -102,6 +104,15 @@ _EMPTY_IDS.setflags(write=False)
 def empty_ids() -> IdArray:
     """A shared, read-only empty id array (cheap default for passes that emit nothing)."""
     return _EMPTY_IDS
+
+
+_NP_ARRAY: Final = np.array  # (statics: no attribute lookup on numpy per call)
+_INT64: Final = np.int64
+
+
+def ids_array(ids: list[int]) -> IdArray:
+    """The ids as a new int64 array (:func:`empty_ids` when there are none)."""
+    return _NP_ARRAY(ids, _INT64) if ids else _EMPTY_IDS
 
 
 @final

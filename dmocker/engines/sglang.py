@@ -64,6 +64,7 @@ from dmocker.engines.interface import (
     PassPlan,
     WorkerType,
     empty_ids,
+    ids_array,
 )
 from dmocker.engines.sglang_decode import SglDecodePath
 from dmocker.engines.sglang_request import SglRequest as _SReq
@@ -82,6 +83,9 @@ class SglangWorker(SglDecodePath):
                  vectorized: bool = True) -> None:
         self.args = args
         self._link = args.transfer_timing(0)
+        self._max_seqs = args.max_num_seqs
+        self._mbt = args.max_num_batched_tokens
+        self._decode_worker = args.worker_type is WorkerType.DECODE
         self._allow_vec = vectorized  # False: always the per-request decode step (tests)
         self.worker_idx = worker_idx
         self._page = args.page_tokens
@@ -184,10 +188,9 @@ class SglangWorker(SglDecodePath):
             plan = self._start_run(now_ms)
             if plan is not None:
                 return plan
-        args = self.args
         admissions: list[Admission] = []
         # 1. promote materialized destinations
-        max_run = args.max_num_seqs
+        max_run = self._max_seqs
         promoted: list[_SReq] = []
         while self._prebuilt and len(self._running) < max_run:
             r = self._prebuilt.popleft()
@@ -203,7 +206,7 @@ class SglangWorker(SglDecodePath):
             self._sync_running()
             can_run, total_isl, total_prefix, prompt_tokens = self._extend_batch(admissions)
         prefill_ms = 0.0
-        if can_run and args.worker_type is not WorkerType.DECODE:
+        if can_run and not self._decode_worker:
             prefill_ms = self._timing.prefill_ms(len(can_run), total_isl, total_prefix)
         newly: list[_SReq] = []
         for r in can_run:
@@ -238,7 +241,7 @@ class SglangWorker(SglDecodePath):
         if emitted_arr is not None and len(emitted_arr):
             emitted_out = emitted_arr
         elif emitted:
-            emitted_out = np.array(emitted, dtype=np.int64)
+            emitted_out = ids_array(emitted)
         else:
             emitted_out = empty_ids()
         if not (admissions or can_run or len(emitted_out) or finished or retracted):
@@ -251,7 +254,7 @@ class SglangWorker(SglDecodePath):
         self._completion = PassCompletion(
             end_ms=end,
             emitted=emitted_out,
-            finished=np.array(finished, dtype=np.int64) if finished else empty_ids(),
+            finished=ids_array(finished),
             lifecycle=lifecycle,
             kv_events=self._drain_kv(),  # SGLang: visible at pass end
             delta=delta,
@@ -297,7 +300,7 @@ class SglangWorker(SglDecodePath):
         rem_total = float(max(avail - overhead, 0)) - reserved_decode
         rem_input = float(args.max_prefill_tokens)
         rem_chunk = float(args.chunked_prefill_size)
-        slots = args.max_num_seqs - len(self._running)
+        slots = self._max_seqs - len(self._running)
         can_run: list[_SReq] = []
         total_isl = total_prefix = prompt_tokens = 0
         waiting = self._waiting

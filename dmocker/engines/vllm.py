@@ -51,7 +51,7 @@ from dmocker.engines.interface import (
     PassCompletion,
     PassPlan,
     WorkerType,
-    empty_ids,
+    ids_array,
 )
 from dmocker.engines.timing import PassTiming
 from dmocker.engines.vllm_lockstep import LockstepDecode
@@ -75,6 +75,9 @@ class VllmWorker(LockstepDecode):
                  lockstep: bool = True) -> None:
         self.args = args
         self._link = args.transfer_timing(0)
+        self._max_seqs = args.max_num_seqs
+        self._mbt = args.max_num_batched_tokens
+        self._decode_worker = args.worker_type is WorkerType.DECODE
         self.worker_idx = worker_idx
         self._bs = args.page_tokens
         self._block = self._bs
@@ -142,7 +145,7 @@ class VllmWorker(LockstepDecode):
         head.qseq = self._reserved_seq
 
     def _reservation_gate(self, head: VllmRequest) -> bool:
-        return len(self._run) < self.args.max_num_seqs
+        return len(self._run) < self._max_seqs
 
     # --- protocol surface ----------------------------------------------------------------------
 
@@ -200,7 +203,7 @@ class VllmWorker(LockstepDecode):
         if self._lock:
             n = len(self._run)
             nblocks = self._bcount[k % self._bs]
-            if n <= self.args.max_num_batched_tokens and self.pool.take(nblocks):
+            if n <= self._mbt and self.pool.take(nblocks):
                 return self._lockstep_pass(now_ms, k, n)
             self._materialize_at_rest()
         return self._exact_pass(now_ms, k)
@@ -242,7 +245,7 @@ class VllmWorker(LockstepDecode):
         self.exact_passes += 1
         args = self.args
         bs = self._bs
-        decode_worker = args.worker_type is WorkerType.DECODE
+        decode_worker = self._decode_worker
         run = list(self._run.values())
         scheduled: dict[int, tuple[int, int, int]] = {}
         stats = [0, 0, 0, 0]  # batch_count, total_isl, total_prefix, prompt tokens
@@ -268,7 +271,7 @@ class VllmWorker(LockstepDecode):
                 stats[3] += ptoks
 
         if resume is None:
-            budget_box[0] = args.max_num_batched_tokens
+            budget_box[0] = self._mbt
             admissions: list[Admission] = []
             rejected: list[int] = []
             # 1. running requests
@@ -291,7 +294,7 @@ class VllmWorker(LockstepDecode):
                 scheduled[r.rid] = (1 if r.seq - r.prompt > 0 else 0, 0, r.prompt)
 
         # 2. waiting requests
-        while not preempted_any and self._waiting and len(run) < args.max_num_seqs:
+        while not preempted_any and self._waiting and len(run) < self._max_seqs:
             pending_head = bool(self._pending)
             nxt = self._next_waiting(pending_head)
             if nxt is None:
@@ -376,8 +379,8 @@ class VllmWorker(LockstepDecode):
         end = now_ms + prefill_ms + decode_ms
         return self._begin(
             now_ms, end, admissions, rejected,
-            np.array(emitted_ids, dtype=np.int64) if emitted_ids else empty_ids(),
-            np.array(finished_ids, dtype=np.int64) if finished_ids else empty_ids(),
+            ids_array(emitted_ids),
+            ids_array(finished_ids),
             stats[3], n_ready,
         )
 
@@ -454,7 +457,7 @@ class VllmWorker(LockstepDecode):
         undo = [0, 0, 0, 0]
         preempted = False
         pool = self.pool
-        decode_worker = self.args.worker_type is WorkerType.DECODE
+        decode_worker = self._decode_worker
         while True:
             need_total = ceil_div(target, bs)
             if need_total <= r.nblocks:

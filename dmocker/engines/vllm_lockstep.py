@@ -35,7 +35,7 @@ import numpy.typing as npt
 
 from dmocker.engines.common import BatchIds, BatchTracker, blocks_freed, ceil_div, cut_completion, cut_point
 from dmocker.engines.handoff_base import HandoffWorkerBase
-from dmocker.engines.interface import Admission, BatchDelta, EngineArgs, PassCompletion, PassPlan, empty_ids
+from dmocker.engines.interface import Admission, BatchDelta, EngineArgs, PassCompletion, PassPlan, empty_ids, ids_array
 from dmocker.engines.timing import PassTiming
 from dmocker.engines.vllm_request import Demand, VllmRequest, VllmStatus, blocks_through
 
@@ -99,13 +99,13 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
     def _lockstep_pass(self, now_ms: float, k: int, n_before: int) -> PassPlan | None:
         """Every running request computes its dangling token and samples the next one."""
         self._K = k
-        budget = self.args.max_num_batched_tokens - n_before
+        budget = self._mbt - n_before
         admissions: list[Admission] = []
         rejected: list[int] = []
         new: list[VllmRequest] = []
         exact_tail = False
         run = self._run
-        max_seqs = self.args.max_num_seqs
+        max_seqs = self._max_seqs
         bs = self._bs
         while self._waiting and len(run) + len(new) < max_seqs:
             r = self._next_waiting(bool(self._pending))
@@ -195,7 +195,7 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
         if not n_ready and not finished_ids and not admissions and not rejected and not n_before:
             return None
         return self._begin(now_ms, now_ms + decode_ms, admissions, rejected, emitted,
-                           np.array(finished_ids, dtype=np.int64) if finished_ids else empty_ids(),
+                           ids_array(finished_ids),
                            0, n_ready, delta)
 
     def _running_ids(self) -> I64:
@@ -291,7 +291,7 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
         cut before it leaves them running."""
         run = self._run
         n = len(run)
-        mbt = self.args.max_num_batched_tokens
+        mbt = self._mbt
         K = self._K
         k = K + 1
         bs = self._bs
@@ -301,7 +301,7 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
         if self._waiting:
             joiners = list(self._waiting)
             n += len(joiners)
-            if n > mbt or n > self.args.max_num_seqs:
+            if n > mbt or n > self._max_seqs:
                 return None
             mml = self._mml
             for r in joiners:
