@@ -51,8 +51,9 @@ everything is per **run**:
   continues the current run or starts one (one lookup) or is not cached.  Whether a list
   follows a run for ``m`` blocks is one comparison, of the ``m``-th blocks: a hash names its
   whole prefix (see the contract below), so equal ``m``-th blocks mean equal stretches, and
-  where they differ a binary search over single blocks finds the split.  So promoting writes one dict entry per new run, evicting deletes one per run
-  that empties (cutting a tail writes none), and splitting adds one.
+  where they differ a binary search over single blocks finds the split.  So promoting writes
+  one dict entry per new run, evicting deletes one per run that empties (cutting a tail writes
+  none), and splitting adds one.
 * ``lru`` lists inactive runs, oldest first, from ``lru_head``; a run's position is its
   ``stamp``, an entry leaving (re-referenced, evicted to nothing) becomes ``None``.  Eviction
   takes whole runs from the head and cuts the tail off the last one; releasing appends the runs
@@ -203,7 +204,7 @@ class BlockPool:
         """The reference count of each hash of a list the caller holds (all cached, a list it
         could :meth:`release`), in order."""
         out: list[int] = []
-        runs, lengths = self._stretches(hashes, False)
+        runs, lengths = self._stretches(hashes)
         for run, m in zip(runs, lengths):
             out += repeat(run.refs, m)
         return out
@@ -223,19 +224,18 @@ class BlockPool:
         them removes them from the LRU)."""
         starts = self.starts
         n = min(limit, len(hashes))
-        hs = hashes
         i = 0
         active = -1
         zeros = 0
         while i < n:
             # a stretch of the chain starts a run (the module docstring says why)
-            run = starts.get(hs[i])
+            run = starts.get(hashes[i])
             if run is None:
                 break
             keys = run.keys
             m = len(keys)
-            if i + m > n or hs[i + m - 1] != keys[m - 1]:  # (else all of the run matches)
-                m = _common(hs, i, keys, 0, min(m, n - i))
+            if i + m > n or hashes[i + m - 1] != keys[m - 1]:  # (else all of the run matches)
+                m = _common(hashes, i, keys, 0, min(m, n - i))
             if not run.refs:
                 zeros += m
                 if active < 0:
@@ -251,34 +251,38 @@ class BlockPool:
         """The runs covering ``hashes`` (all cached; a list the caller holds or a cached chain
         prefix), split so that each is a stretch of the list: the list is their concatenation.
         Each stretch starts a run (the module docstring says why; a KeyError otherwise)."""
-        return self._stretches(hashes, True)[0]
+        runs, lengths = self._stretches(hashes)
+        return self._carved(runs, lengths)
 
-    def _stretches(self, hashes: Sequence[int], carve: bool) -> tuple[list[_Run], list[int]]:
+    def _stretches(self, hashes: Sequence[int]) -> tuple[list[_Run], list[int]]:
         """The list (all cached) as stretches, in order: the runs and, for each, how many of
-        its first blocks the stretch covers (a KeyError when a stretch starts no run).  With
-        ``carve`` a run the list leaves early is split there (so each run is its stretch).
+        its first blocks the stretch covers (a KeyError when a stretch starts no run).
 
-        Two lists, not a generator of pairs: this runs for every acquire, pin and release.
-        Carving a run adds the start of its rest, which the list diverges from (or has ended
-        at), so later lookups are unaffected."""
+        Two lists, not a generator of pairs: this runs for every acquire, pin and release."""
         starts = self.starts
-        hs = hashes
-        n = len(hs)
+        n = len(hashes)
         runs: list[_Run] = []
         lengths: list[int] = []
         i = 0
         while i < n:
-            run = starts[hs[i]]
+            run = starts[hashes[i]]
             keys = run.keys
             m = len(keys)
-            if i + m > n or hs[i + m - 1] != keys[m - 1]:
-                m = _common(hs, i, keys, 0, min(m, n - i))
-                if carve and m != len(keys):
-                    run = self._carve(run, m)
+            if i + m > n or hashes[i + m - 1] != keys[m - 1]:
+                m = _common(hashes, i, keys, 0, min(m, n - i))
             runs.append(run)
             lengths.append(m)
             i += m
         return runs, lengths
+
+    def _carved(self, runs: list[_Run], lengths: list[int]) -> list[_Run]:
+        """``runs`` with each run the list leaves early split there (so each run is its
+        stretch), in place.  Carving a run adds the start of its rest, which the list diverges
+        from (or has ended at), so the list's other stretches are unaffected."""
+        for k, run in enumerate(runs):
+            if lengths[k] != len(run.keys):
+                runs[k] = self._carve(run, lengths[k])
+        return runs
 
     def _carve(self, run: _Run, m: int) -> _Run:
         """Split ``run`` after its first ``m`` blocks: ``run`` keeps them (and its start, so no
@@ -318,7 +322,7 @@ class BlockPool:
         nothing (False: nothing changed): the fit test runs before anything is touched
         (before runs are split too: an inactive run split off is no longer listed)."""
         if hashes:
-            runs, lengths = self._stretches(hashes, False)
+            runs, lengths = self._stretches(hashes)
             if fresh > self.free:  # (free blocks cover it whatever is re-referenced)
                 reactivated = 0
                 for run, m in zip(runs, lengths):
@@ -326,10 +330,7 @@ class BlockPool:
                         reactivated += m
                 if fresh > self.free + self.num_inactive - reactivated:
                     return False
-            for k, run in enumerate(runs):  # (the list diverges from, or ends at, each rest)
-                if lengths[k] != len(run.keys):
-                    runs[k] = self._carve(run, lengths[k])
-            self._acquire(runs)
+            self._acquire(self._carved(runs, lengths))
         return self.take(fresh)
 
     def take(self, n: int) -> bool:
