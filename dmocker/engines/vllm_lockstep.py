@@ -165,11 +165,9 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
                 del run[r.rid]
                 finished_ids.append(r.rid)
                 self._complete(r)
-        if joined and self._rid_q is not None:
-            # run = the tracked batch + the joiners (no-token newcomers already left again)
-            self._rid_q.extend(joined)
-            self._rid_arr = None
-            self._batch.join(joined)
+        if joined:
+            # run = the batch + the joiners (no-token newcomers already left again)
+            self._join_batch(joined)
         emitted = self._running_ids()
         delta = self._batch.handout(emitted)
         n_ready = len(emitted)
@@ -210,6 +208,15 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
                 self._batch.reset()  # rebuilt: the changes since the last array are not known
             arr = self._rid_arr = q.to_numpy()
         return arr
+
+    def _join_batch(self, rids: list[int]) -> None:
+        """``rids`` joined the batch (appended to ``_run``): tracked if the batch is (else the
+        next array is rebuilt from ``_run``)."""
+        q = self._rid_q
+        if q is not None:
+            q.extend(rids)
+            self._rid_arr = None
+            self._batch.join(rids)
 
     def _leave_batch(self, leavers: list[VllmRequest]) -> None:
         """``leavers`` leave the tracked batch (``_running_ids`` was called since it changed)."""
@@ -363,10 +370,7 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
                 finish_at.setdefault(r.kf, []).append(r)
                 joined.append(r.rid)
             self._sum_po = sum_po
-            if self._rid_q is not None:
-                self._rid_q.extend(joined)
-                self._rid_arr = None
-                self._batch.join(joined)
+            self._join_batch(joined)
             admissions = tuple(adm)
         active0 = self._sum_po + n * K  # summed sequence lengths before pass k's sample
         times = self._timing.run_ends(now_ms, n, active0, n_pass)

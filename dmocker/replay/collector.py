@@ -6,7 +6,8 @@ in a handful of typed arrays, 45 bytes in all, and each decode pass updates its 
 requests in place (scalar operations for a small batch, fancy indexing for a large one); nothing
 is allocated per token or per finished request.  When the engine says how its batch changed
 (a :class:`~dmocker.engines.interface.BatchDelta`), the batch's counts are kept per batch
-instead and only its joiners and leavers are touched (:mod:`dmocker.replay.batch_epochs`).  Inter-token gaps go into the sketches of
+instead and only its joiners and leavers are touched (:mod:`dmocker.replay.batch_epochs`).
+Inter-token gaps go into the sketches of
 :mod:`dmocker.replay.sketch` (DDSketch-style buckets, 0.1 % relative error, as the reference)
 together with exact count, sum, min and max.
 

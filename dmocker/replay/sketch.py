@@ -277,30 +277,34 @@ class GapSketches:
         self._wts: npt.NDArray[np.int64] = np.frombuffer(self._wts_a, dtype=np.int64)
         self._wfill = 0
 
-    def add_many(self, gaps: F64) -> None:
-        n = int(gaps.shape[0])
+    def _room(self, n: int) -> int:
+        """Where ``n`` gaps go in the staging buffer (flushed first if they do not fit), or -1
+        when they are more than it holds (the caller folds them directly)."""
         fill = self._fill
         if fill + n > self._BUFFER:
             self.flush()
             fill = 0
             if n > self._BUFFER:
-                self._fold(gaps)
-                return
-        self._buf[fill:fill + n] = gaps
+                return -1
         self._fill = fill + n
+        return fill
+
+    def add_many(self, gaps: F64) -> None:
+        n = int(gaps.shape[0])
+        fill = self._room(n)
+        if fill < 0:
+            self._fold(gaps)
+            return
+        self._buf[fill:fill + n] = gaps
 
     def add_split(self, first: float, t0: float, c: int, prev: list[float]) -> None:
         """:meth:`add_many` of ``c`` gaps ``first - t0`` followed by ``first - p`` for each
         of ``prev``: the same values in the same order, written straight into the staging
         buffer (no array built and subtracted per call: a batch's pass with a joiner)."""
-        n = c + len(prev)
-        fill = self._fill
-        if fill + n > self._BUFFER:
-            self.flush()
-            fill = 0
-            if n > self._BUFFER:
-                self._fold(first - np.array([t0] * c + prev, dtype=np.float64))
-                return
+        fill = self._room(c + len(prev))
+        if fill < 0:
+            self._fold(first - np.array([t0] * c + prev, dtype=np.float64))
+            return
         buf = self._buf
         if c:
             buf[fill:fill + c] = first - t0
@@ -308,7 +312,6 @@ class GapSketches:
         for p in prev:
             buf[j] = first - p
             j += 1
-        self._fill = fill + n
 
     def flush(self) -> None:
         if self._fill:
