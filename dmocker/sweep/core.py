@@ -126,9 +126,8 @@ def plan_sweep(
     if trace is not None:
         if any(k in base for k in _SYNTHETIC_KEYS) or "rate" in axes or base.get("synthetic") is not None:
             raise ValueError("give either a trace or synthetic workload flags (--synthetic, --rate, ...), not both")
-        mooncake = MooncakeTrace(trace, trace_block_size=int(base.get("trace_block_size", 512)),
-                                 clamp_input_length=bool(base.get("clamp_input_length", False)))
-        mooncake.close()
+        MooncakeTrace(trace, trace_block_size=int(base.get("trace_block_size", 512)),
+                      clamp_input_length=bool(base.get("clamp_input_length", False)))
     else:
         for rate in axes.get("rate", (base.get("rate"),)):
             _synthetic_spec(base, rate).validate()
