@@ -27,6 +27,7 @@ from dmocker.engines.interface import (
     CommandResult,
     EngineCommandError,
     EngineRequest,
+    EngineWorker,
     KvEvent,
     LifecycleEvent,
 )
@@ -57,7 +58,7 @@ class HandoffRequest(Protocol):
 R = TypeVar("R", bound=HandoffRequest)
 
 
-class HandoffWorkerBase(Generic[R]):
+class HandoffWorkerBase(EngineWorker, Generic[R]):
     """Registries and commands of the handoff surface, for request objects of type ``R``.
 
     Subclasses set every attribute below in their ``__init__`` (``_held``, ``_waiting_status``,

@@ -59,7 +59,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Final, Protocol, TypeAlias, Union, final
+from typing import Final, TypeAlias, Union, final
+
+from mypy_extensions import mypyc_attr
 
 import numpy as np
 import numpy.typing as npt
@@ -308,8 +310,17 @@ class PassCompletion:
         self.delta = delta
 
 
-class EngineWorker(Protocol):
-    """One simulated GPU worker (vLLM or SGLang mock)."""
+@mypyc_attr(allow_interpreted_subclasses=True)
+class EngineWorker:
+    """One simulated GPU worker (vLLM or SGLang mock): the surface the replay runtime drives.
+
+    Why a compiled base class and not a ``Protocol``: the runtime calls these methods a dozen
+    times a request, and a call through a protocol is a generic Python-level call (method lookup,
+    argument parsing, boxing) where a call through a compiled base is one vtable call.  The base
+    allows interpreted subclasses, so a worker written in plain Python (a test double, a user's
+    engine model) derives from it too; its overrides are found through the Python type as usual.
+    Every method here must be overridden.
+    """
 
     args: EngineArgs
     worker_idx: int
@@ -317,42 +328,42 @@ class EngineWorker(Protocol):
     @property
     def busy(self) -> bool:
         """True between ``start_pass`` and ``finish_pass``."""
-        ...
+        raise NotImplementedError
 
     def has_work(self) -> bool:
         """Anything queued, running, held, reserved or pending (not drained)."""
-        ...
+        raise NotImplementedError
 
     def is_drained(self) -> bool:
         """Nothing queued, running, held, reserved or pending, and not busy."""
-        ...
+        raise NotImplementedError
 
     # --- commands (source side) ---
     def submit_handoff_prefill(self, handoff_id: HandoffId, request: EngineRequest) -> CommandEffects:
         """SUBMITTED; raises EngineCommandError for a duplicate live request id."""
-        ...
+        raise NotImplementedError
 
     def release_source(self, handoff_id: HandoffId) -> CommandEffects:
         """APPLIED (held or pending) or NOOP (unknown). Call only while not busy."""
-        ...
+        raise NotImplementedError
 
     def cancel_source(self, handoff_id: HandoffId) -> CommandEffects:
         """APPLIED or NOOP. Call only while not busy."""
-        ...
+        raise NotImplementedError
 
     # --- commands (destination side) ---
     def reserve_destination(self, handoff_id: HandoffId, request: EngineRequest) -> CommandEffects:
         """ACCEPTED (reservation happens now if idle and possible, else on a later retry);
         raises EngineCommandError if the prompt can never fit this worker's pool."""
-        ...
+        raise NotImplementedError
 
     def activate_destination(self, handoff_id: HandoffId) -> CommandEffects:
         """APPLIED if reserved (KV committed, request queued to decode), else NOOP."""
-        ...
+        raise NotImplementedError
 
     def cancel_destination(self, handoff_id: HandoffId) -> CommandEffects:
         """APPLIED (pending, reserved or active request dropped) or NOOP."""
-        ...
+        raise NotImplementedError
 
     # --- passes ---
     def start_pass(self, now_ms: float, bulk: bool = False) -> PassPlan | None:
@@ -364,7 +375,7 @@ class EngineWorker(Protocol):
         A run goes on until the batch itself changes (through the next completion, or
         as far as the pool surely covers): what reaches the worker from outside cuts it then.
         """
-        ...
+        raise NotImplementedError
 
     def split_run(self, now_ms: float, started: bool) -> tuple[float, float] | None:
         """Cut a bulk run in flight where the per-pass simulation would be at ``now_ms``.
@@ -375,11 +386,11 @@ class EngineWorker(Protocol):
         otherwise.  Returns ``(end_ms, start of the last pass)`` of what is left, or None when
         no run is in flight or nothing changed.  The completion may now be due at ``now_ms``.
         """
-        ...
+        raise NotImplementedError
 
     def finish_pass(self) -> PassCompletion:
         """Apply the end of the running pass (must be busy) and return its deferred effects."""
-        ...
+        raise NotImplementedError
 
 
 def make_worker(args: EngineArgs, worker_idx: int = 0, *, record_kv_events: bool = False) -> EngineWorker:

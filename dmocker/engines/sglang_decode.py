@@ -34,7 +34,7 @@ import numpy.typing as npt
 
 from dmocker.engines.handoff_base import HandoffWorkerBase
 from dmocker.engines.common import BatchIds, BatchTracker, blocks_freed, cut_completion, cut_point
-from dmocker.engines.interface import Admission, BatchDelta, EngineArgs, PassCompletion, PassPlan, empty_ids
+from dmocker.engines.interface import Admission, BatchDelta, PassCompletion, PassPlan, empty_ids
 from dmocker.engines.sglang_request import SglRequest, SglStatus
 from dmocker.engines.timing import PassTiming
 
@@ -71,7 +71,6 @@ class SglDecodePath(HandoffWorkerBase[SglRequest]):
     runs (module docstring).  The worker sets the attributes below and calls
     :meth:`_init_decode_path` in its ``__init__``."""
 
-    args: EngineArgs
     new_token_ratio: float
     _running: list[SglRequest]
     _prebuilt: deque[SglRequest]

@@ -35,7 +35,7 @@ import numpy.typing as npt
 
 from dmocker.engines.common import BatchIds, BatchTracker, blocks_freed, ceil_div, cut_completion, cut_point
 from dmocker.engines.handoff_base import HandoffWorkerBase
-from dmocker.engines.interface import Admission, BatchDelta, EngineArgs, PassCompletion, PassPlan, empty_ids, ids_array
+from dmocker.engines.interface import Admission, BatchDelta, PassCompletion, PassPlan, empty_ids, ids_array
 from dmocker.engines.timing import PassTiming
 from dmocker.engines.vllm_request import Demand, VllmRequest, VllmStatus, blocks_through
 
@@ -48,7 +48,6 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
     """Lockstep passes and bulk runs of :class:`dmocker.engines.vllm.VllmWorker` (see module
     docstring); the worker sets every attribute declared here in its ``__init__``."""
 
-    args: EngineArgs
     _bs: int
     _mml: int | None
     _is_prefill: bool

@@ -27,6 +27,7 @@ from dmocker.engines.interface import (
     EngineArgs,
     EngineCommandError,
     EngineRequest,
+    EngineWorker,
     LifecycleEvent,
     PassCompletion,
     PassPlan,
@@ -34,7 +35,7 @@ from dmocker.engines.interface import (
 
 
 @dataclass
-class FakeWorker:
+class FakeWorker(EngineWorker):
     args: EngineArgs
     worker_idx: int
     prefill_ms: float = 10.0
