@@ -15,7 +15,6 @@ half-written file behind and a finished file looks like one ``open(path, "w")`` 
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import IO
 
@@ -41,6 +40,8 @@ class AtomicFile:
         directory = self.path.parent
         if make_parents:
             directory.mkdir(parents=True, exist_ok=True)
+        import tempfile  # here, not at module level: a replay that writes no file never loads it
+
         fd, self._tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=directory)
         try:
             os.fchmod(fd, _creation_mode())

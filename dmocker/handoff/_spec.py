@@ -14,7 +14,6 @@ import atexit
 import contextlib
 import json
 import os
-from importlib import resources
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Hashable, Mapping, Sequence, TypeAlias, TypeVar, Union, cast
@@ -282,13 +281,20 @@ SPEC_PACKAGE_DIR = "_spec"
 
 
 def spec_file(name: str) -> Path:
-    """A protocol file shipped with the package, read with :mod:`importlib.resources`.
+    """A protocol file shipped with the package.
 
     ``dmocker/_spec`` is a symbolic link to the repository's ``spec/`` (the one source), so a
     checkout or an editable install reads ``spec/`` itself, and a wheel carries copies made at
     build time.  Never searched for elsewhere: a ``spec/`` folder that happens to sit above the
-    install is not ours.
+    install is not ours.  A package on disk is read from its folder; one inside a zip archive
+    through :mod:`importlib.resources` (imported only then: with its readers it is ~25 M
+    instructions of start-up that every replay would pay).
     """
+    on_disk = Path(__file__).parent.parent / SPEC_PACKAGE_DIR / name
+    if on_disk.is_file():
+        return on_disk
+    from importlib import resources
+
     resource = resources.files("dmocker").joinpath(SPEC_PACKAGE_DIR, name)
     if not resource.is_file():
         raise SpecError(
