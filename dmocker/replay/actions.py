@@ -43,7 +43,7 @@ _Queued = Queued
 
 _P: Final = 0  # index of the prefill pool in per-stage tuples
 _D: Final = 1  # index of the decode pool
-_STAGES: Final = (Stage.PREFILL, Stage.DECODE)
+_STAGES: Final[tuple[Stage, ...]] = (Stage.PREFILL, Stage.DECODE)  # (``...``: see RuntimeBase)
 _TRANSFER_PENDING: Final = Phase.TRANSFER_PENDING
 _READY_DECODE: Final = Phase.READY_DECODE
 _PREFILL: Final = Stage.PREFILL
@@ -62,7 +62,7 @@ _CANCELED: Final = Completion.CANCELED
 _EV_TRANSFER: Final = EventKind.TRANSFER_COMPLETE
 # Per stage (_P, _D): what routing a SubmitPrefill / ReserveDestination sets and expects
 # (phase while routed, the engine's success result, the outcome acknowledged, error wording).
-_ACQUIRE: Final = (
+_ACQUIRE: Final[tuple[tuple[Phase, CommandResult, OutcomeKind, str], ...]] = (
     (Phase.QUEUED_PREFILL, CommandResult.SUBMITTED, _OK[SubmitPrefill.__name__], "prefill submission"),
     (Phase.AWAITING_DESTINATION, CommandResult.ACCEPTED, _OK[ReserveDestination.__name__], "destination reservation"),
 )

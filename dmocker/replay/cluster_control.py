@@ -35,7 +35,7 @@ __all__ = ["ClusterControl", "INJECT_KINDS"]
 
 _P: Final = 0  # index of the prefill pool in per-stage tuples
 _D: Final = 1  # index of the decode pool
-_STAGES: Final = (Stage.PREFILL, Stage.DECODE)
+_STAGES: Final[tuple[Stage, ...]] = (Stage.PREFILL, Stage.DECODE)  # (``...``: see RuntimeBase)
 _K_FAILED: Final = OutcomeKind.FAILED
 _Req = RequestState
 #: The spec's terminal facts (the facts inject() may deliver), from the one class registry.
@@ -266,7 +266,8 @@ class ClusterControl(RoutingHooks):
         return tuple(self._workers[stage])
 
     def routers(self) -> tuple[Router, Router]:
-        return self._routers
+        p, d = self._routers
+        return p, d
 
     def live_requests(self) -> list[int]:
         return sorted(self._live)

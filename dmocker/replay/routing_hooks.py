@@ -23,7 +23,7 @@ __all__ = ["RoutingHooks"]
 
 _P: Final = 0  # index of the prefill pool in per-stage tuples
 _D: Final = 1  # index of the decode pool
-_STAGES: Final = (Stage.PREFILL, Stage.DECODE)
+_STAGES: Final[tuple[Stage, ...]] = (Stage.PREFILL, Stage.DECODE)  # (``...``: see RuntimeBase)
 _Req = RequestState
 _COMPLETED: Final = int(TerminalStatus.COMPLETED)
 

@@ -86,7 +86,7 @@ _P: Final = 0  # index of the prefill pool in per-stage tuples
 _D: Final = 1  # index of the decode pool
 
 
-_STAGES: Final = (Stage.PREFILL, Stage.DECODE)
+_STAGES: Final[tuple[Stage, ...]] = (Stage.PREFILL, Stage.DECODE)  # (``...``: see RuntimeBase)
 _EARLY_CUT_PASSES: Final = 4  # a run cut before this many passes were done was not worth it
 _SOLO_MIN: Final = 4  # passes one by one after a first early cut ...
 _SOLO_MAX: Final = 64  # ... doubling while cuts stay early, up to this

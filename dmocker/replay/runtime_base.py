@@ -41,7 +41,13 @@ __all__ = ["RuntimeBase"]
 
 
 class RuntimeBase:
-    """Declarations (see the module docstring); the layers above define them all."""
+    """Declarations (see the module docstring); the layers above define them all.
+
+    Per-pool pairs (indexed by stage: 0 prefill, 1 decode) are declared ``tuple[X, ...]``, not
+    ``tuple[X, X]``: mypyc keeps a fixed-length tuple unboxed, as a C struct, and indexing one
+    by a run-time stage builds a Python tuple of it first (an allocation per access, hundreds of
+    thousands a replay); a variable-length tuple is one object, indexed in place.
+    """
 
     now_ms: float
     collector: Collector
@@ -55,14 +61,14 @@ class RuntimeBase:
     _pools_started: bool
     _run_push: dict[tuple[int, int], tuple[float, int, int]]
     _admission: AdmissionQueue
-    _workers: tuple[list[EngineWorker], list[EngineWorker]]
-    _active: tuple[list[int], list[int]]
-    _serving: tuple[list[int], list[int]]
-    _routers: tuple[Router, Router]
-    _held: tuple[dict[int, Queued], dict[int, Queued]]
+    _workers: tuple[list[EngineWorker], ...]
+    _active: tuple[list[int], ...]
+    _serving: tuple[list[int], ...]
+    _routers: tuple[Router, ...]
+    _held: tuple[dict[int, Queued], ...]
     _route_signals: bool
     _kv_feed: bool
-    _route_overlap: tuple[dict[int, int], dict[int, int]] | None
+    _route_overlap: tuple[dict[int, int], ...] | None
     _pool_reuse: list[int]
     _order: HandoffOrder
     _block_size: int
@@ -79,10 +85,10 @@ class RuntimeBase:
     _stale: int
     _stale_pruned: int
     _pending: deque[Queued]
-    _waiting: tuple[deque[Queued], deque[Queued]]
-    _deferred: tuple[dict[int, deque[Queued]], dict[int, deque[Queued]]]
+    _waiting: tuple[deque[Queued], ...]
+    _deferred: tuple[dict[int, deque[Queued]], ...]
     _source_output_tokens: int
-    _dirty: tuple[list[bool], list[bool]]
+    _dirty: tuple[list[bool], ...]
     _spec: ProtocolSpec
     _event_log: EventLogWriter | None
     _idle_events: int
