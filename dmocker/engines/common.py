@@ -5,15 +5,13 @@ from __future__ import annotations
 from array import array
 from collections import deque
 from itertools import chain
-from typing import Final, Hashable, Iterable, Protocol, Sequence, TypeVar
+from typing import Hashable, Iterable, Protocol, Sequence, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from dmocker.engines.block_pool import KvChunk
-from dmocker.engines.interface import BatchDelta, IdArray, KvEvent, KvRemoved, KvStored, PassCompletion
-
-_INT64: Final = np.int64  # (a static: read once, not looked up on numpy per call)
+from dmocker.engines.interface import BatchDelta, IdArray, KvEvent, KvRemoved, KvStored, PassCompletion, ids_copy
 
 __all__ = [
     "kv_events", "ceil_div", "remove_pending", "cut_point", "cut_completion", "blocks_freed", "BatchIds", "BatchTracker",
@@ -120,15 +118,17 @@ def blocks_freed(pool: _RefCounts, holdings: Iterable[tuple[int, Sequence[int]]]
 
 
 class BatchIds:
-    """The ids of a decode batch, in batch order, kept two ways: an ``array('q')``, copied in
-    one go into the numpy array a completion hands out (cheaper than deriving that array from
-    the previous one: a concatenation per join, a mask or slices per leave), and a list, where
-    a leaver is found (``list.index`` compares the ids as they are; ``array.remove`` makes an
-    int object of every element it passes)."""
+    """The ids of a decode batch, in batch order, kept three ways: a list, where a leaver is
+    found (``list.index`` compares the ids as they are; ``array.remove`` makes an int object of
+    every element it passes); an ``array('q')``; and the numpy array a completion hands out,
+    copied from the ``array('q')`` in one go when first asked for and kept until the ids change
+    (cheaper than deriving it from the previous array: a concatenation per join, a mask or
+    slices per leave).  A handed-out array is never written to: a change makes the next one."""
 
     def __init__(self, ids: Iterable[int] = ()) -> None:
         self._list: list[int] = list(ids)
         self._array: array[int] = array("q", self._list)
+        self._numpy: IdArray | None = None
 
     def __len__(self) -> int:
         return len(self._list)
@@ -136,19 +136,25 @@ class BatchIds:
     def append(self, rid: int) -> None:
         self._list.append(rid)
         self._array.append(rid)
+        self._numpy = None
 
     def extend(self, rids: list[int]) -> None:
         self._list.extend(rids)
         self._array.fromlist(rids)
+        self._numpy = None
 
     def remove(self, rid: int) -> None:
         i = self._list.index(rid)
         del self._list[i]
         del self._array[i]
+        self._numpy = None
 
     def to_numpy(self) -> IdArray:
-        """A new numpy array of the ids (never mutated afterwards by this object)."""
-        return np.array(self._array, _INT64)
+        """The ids as a numpy array: the same array while they are unchanged, else a new one."""
+        arr = self._numpy
+        if arr is None:
+            arr = self._numpy = ids_copy(self._array)
+        return arr
 
     def tolist(self) -> list[int]:
         return list(self._list)

@@ -58,6 +58,7 @@ must use the same block size, so a source hash equals the destination hash of th
 from __future__ import annotations
 
 import enum
+from array import array
 from dataclasses import dataclass
 from typing import Final, TypeAlias, Union, final
 
@@ -94,6 +95,7 @@ __all__ = [
     "make_worker",
     "empty_ids",
     "ids_array",
+    "ids_copy",
 ]
 
 IdArray: TypeAlias = npt.NDArray[np.int64]
@@ -115,6 +117,11 @@ _INT64: Final = np.int64
 def ids_array(ids: list[int]) -> IdArray:
     """The ids as a new int64 array (:func:`empty_ids` when there are none)."""
     return _NP_ARRAY(ids, _INT64) if ids else _EMPTY_IDS
+
+
+def ids_copy(ids: array[int]) -> IdArray:
+    """A new int64 array of an ``array('q')`` of ids (one buffer copy), even when empty."""
+    return _NP_ARRAY(ids, _INT64)
 
 
 @final

@@ -89,7 +89,6 @@ class SglDecodePath(HandoffWorkerBase[SglRequest]):
         self._fin: dict[int, list[SglRequest]] = {}  # pass -> requests that finish in it
         self._sum_off = 0  # sum of the running requests' offsets
         self._rids = BatchIds()  # ids of the running batch, in order, while lazy
-        self._emit: I64 | None = None  # the same as a numpy array (built on demand)
         self._batch = BatchTracker()  # joins and leaves between handed-out arrays, while lazy
         self.vectorized_passes = 0
         self._bulk: _Run | None = None  # the bulk decode run in flight (start_pass(bulk=True))
@@ -132,7 +131,6 @@ class SglDecodePath(HandoffWorkerBase[SglRequest]):
         for r in run:
             self._enter(r)
         self._lazy = True
-        self._emit = None
         self._batch.reset()
         return True
 
@@ -162,30 +160,21 @@ class SglDecodePath(HandoffWorkerBase[SglRequest]):
         self._fin = {}
         self._sum_off = 0
         self._rids = BatchIds()
-        self._emit = None
         self._batch.reset()
 
-    def _emitted(self) -> I64:
-        emit = self._emit
-        if emit is None:
-            emit = self._emit = self._rids.to_numpy()
-        return emit
-
-    # The emitted-ids array changes with the batch: a new array every time (handed-out arrays
-    # are never mutated; the collector's same-array shortcut relies on it), copied from the
-    # batch's ids when the next pass needs it (BatchIds).
+    # The emitted-ids array is ``_rids.to_numpy()``: the same array while the batch keeps its
+    # members, a new one after a change (handed-out arrays are never mutated; the collector's
+    # same-array shortcut relies on it).  The tracker records the joins and leaves between them.
 
     def _emit_appended(self, added: list[SglRequest]) -> None:
         """``added`` entered the batch (appended to ``_rids``)."""
         self._batch.join([r.rid for r in added])
-        self._emit = None
 
     def _emit_removed(self, done: list[SglRequest]) -> None:
         """``done`` are about to leave the batch (still in ``_rids``)."""
         batch = self._batch
         for r in done:
             batch.leave(r.rid)
-        self._emit = None
 
     def _decode_running_vec(self, finished: list[int]) -> tuple[float, I64, BatchDelta | None] | None:
         """The per-request decode step over the whole running batch, for the common case:
@@ -219,7 +208,7 @@ class SglDecodePath(HandoffWorkerBase[SglRequest]):
                 later.extend(grow)
         self._k = k + 1
         self.vectorized_passes += 1
-        emitted = self._emitted()
+        emitted = self._rids.to_numpy()
         delta = self._batch.handout(emitted)
         done = self._fin.pop(k, None)
         if done is not None:
@@ -355,7 +344,7 @@ class SglDecodePath(HandoffWorkerBase[SglRequest]):
         self.bulk_tails += tail
         self._tail = tail
         end = float(times[-1])
-        emitted = self._emitted()
+        emitted = self._rids.to_numpy()
         delta = self._batch.handout(emitted)
         finished = empty_ids()
         if tail:
@@ -440,7 +429,7 @@ class SglDecodePath(HandoffWorkerBase[SglRequest]):
         run = self._running
         k, page = self._k, self._page
         assert self._rids.tolist() == [r.rid for r in run], (self._rids, run)
-        assert self._emit is None or self._emit.tolist() == self._rids.tolist(), (self._emit, self._rids)
+        assert self._rids.to_numpy().tolist() == self._rids.tolist(), self._rids
         assert self._sum_off == sum(r.off for r in run)
         grow = sorted((at, r.rid) for at, filed in self._grow.items() for r in filed)
         assert grow == sorted((r.npages * page - r.off, r.rid) for r in run), grow

@@ -108,7 +108,6 @@ class VllmWorker(LockstepDecode):
         self._sum_po = 0  # sum of prompt + off over lockstep running requests
         self._finish_at = {}
         self._rid_q = None
-        self._rid_arr = None
         self._batch = BatchTracker()
         # handoff registries (insertion-ordered: deterministic)
         self._sources = {}  # pending or held sources by handoff id
@@ -620,4 +619,4 @@ class VllmWorker(LockstepDecode):
         assert len(self._run) <= self.args.max_num_seqs
         if self._lock and self._rid_q is not None:  # the tracked ids are the batch
             assert self._rid_q.tolist() == list(self._run), (self._rid_q, list(self._run))
-            assert self._rid_arr is None or self._rid_arr.tolist() == list(self._run), (self._rid_arr, list(self._run))
+            assert self._rid_q.to_numpy().tolist() == list(self._run), (self._rid_q, list(self._run))

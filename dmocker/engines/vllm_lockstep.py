@@ -62,7 +62,6 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
     _sum_po: int  # sum of prompt + off over lockstep running requests
     _finish_at: dict[int, list[VllmRequest]]
     _rid_q: BatchIds | None  # ids of the batch, in running order, while tracked (None: rebuild)
-    _rid_arr: I64 | None  # the same as a numpy array (None: copy it again)
     _batch: BatchTracker  # joins and leaves between the handed-out batch arrays, in lockstep
     # the bulk decode run in flight: (start ms, pass end times, K before, block demand, free
     # blocks before, blocks evicted)
@@ -197,16 +196,12 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
 
     def _running_ids(self) -> I64:
         """The batch's ids as the numpy array a completion hands out: the same array while
-        the batch is unchanged, else one buffer copy of the tracked ids (cheaper than
-        deriving it from the previous array, see BatchIds)."""
-        arr = self._rid_arr
-        if arr is None:
-            q = self._rid_q
-            if q is None:
-                q = self._rid_q = BatchIds(self._run.keys())
-                self._batch.reset()  # rebuilt: the changes since the last array are not known
-            arr = self._rid_arr = q.to_numpy()
-        return arr
+        the batch is unchanged, else one buffer copy of the tracked ids (see BatchIds)."""
+        q = self._rid_q
+        if q is None:
+            q = self._rid_q = BatchIds(self._run.keys())
+            self._batch.reset()  # rebuilt: the changes since the last array are not known
+        return q.to_numpy()
 
     def _join_batch(self, rids: list[int]) -> None:
         """``rids`` joined the batch (appended to ``_run``): tracked if the batch is (else the
@@ -214,7 +209,6 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
         q = self._rid_q
         if q is not None:
             q.extend(rids)
-            self._rid_arr = None
             self._batch.join(rids)
 
     def _leave_batch(self, leavers: list[VllmRequest]) -> None:
@@ -225,7 +219,6 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
         for r in leavers:
             q.remove(r.rid)
             batch.leave(r.rid)
-        self._rid_arr = None
 
     def _materialize_at_rest(self) -> None:
         """Lockstep -> explicit state between passes (after pass ``K``)."""
@@ -254,7 +247,6 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
         self._bcount = [0] * self._bs
         self._finish_at.clear()
         self._rid_q = None
-        self._rid_arr = None
         self._batch.reset()
 
     def _try_enter_lockstep(self) -> None:
@@ -280,7 +272,6 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
         self._sum_po = sum_po
         self._finish_at = finish_at
         self._rid_q = None
-        self._rid_arr = None
         self._batch.reset()
         self._lock = True
 

@@ -61,8 +61,9 @@ def test_neighbouring_chunks_of_one_kind_are_one_event() -> None:
 
 @given(st.lists(st.tuples(st.sampled_from(["add", "extend", "remove"]), st.integers(0, 40)), max_size=60))
 def test_batch_ids_follow_a_plain_list(ops: list[tuple[str, int]]) -> None:
-    """BatchIds keeps its ids in batch order like a list, and every array it hands out keeps
-    the ids it had (later changes never write into it)."""
+    """BatchIds keeps its ids in batch order like a list, hands out the same array while its
+    ids are unchanged and a new one after any change, and every array it hands out keeps the
+    ids it had (later changes never write into it)."""
     ids, model = BatchIds([7, 8]), [7, 8]
     handed: list[tuple[list[int], npt.NDArray[np.int64]]] = []
     next_id = 100
@@ -82,6 +83,9 @@ def test_batch_ids_follow_a_plain_list(ops: list[tuple[str, int]]) -> None:
             model.remove(rid)
         arr = ids.to_numpy()
         assert arr.dtype == np.int64 and arr.tolist() == model == ids.tolist() and len(ids) == len(model)
+        assert ids.to_numpy() is arr  # unchanged: the same array
+        if handed and (op != "remove" or handed[-1][0] != model) and (op != "extend" or k % 4):
+            assert arr is not handed[-1][1]  # changed: a new array
         handed.append((list(model), arr))
     for snapshot, arr in handed:
         assert arr.tolist() == snapshot
