@@ -200,9 +200,9 @@ def run(
     planner_opts: PlannerOptions | None = None
     if planner is not None:
         # (imported here: a replay without a planner never loads the planner's modules)
-        from .planner.wiring import PlannerOptions
+        from .planner import wiring
 
-        planner_opts = PlannerOptions.check(
+        planner_opts = wiring.PlannerOptions.check(
             planner, startup_time_s=startup_time_s, throughput_interval_s=throughput_interval_s,
             load_interval_s=load_interval_s, min_endpoint=min_endpoint, max_gpu_budget=max_gpu_budget,
             sla_ttft_ms=sla_ttft_ms, sla_itl_ms=sla_itl_ms,
