@@ -6,8 +6,7 @@ a source registers, is held after its prefill and is released or canceled; a des
 accepted into a FIFO of pending reservations, reserved when the head fits (retried once per
 capacity generation), activated or canceled.  Keeping those rules here once means the two mocks cannot drift apart on them.
 
-Each engine supplies its request objects (any class with the attributes of
-:class:`HandoffRequest`), its status members and five hooks: :meth:`_new_request`,
+Each engine supplies its request objects (a subclass of :class:`HandoffRequest`), its status members and five hooks: :meth:`_new_request`,
 :meth:`_remove` (take a request out wherever it is, freeing its KV), :meth:`_free_kv`,
 :meth:`_mark_reserved` and :meth:`_materialize_destination`, plus optionally
 :meth:`_before_release` and :meth:`_reservation_gate`.
@@ -17,7 +16,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from typing import Generic, Hashable, Protocol, TypeVar
+from typing import Generic, Hashable, TypeVar
 
 from dmocker.handoff import DestinationReserved, SourceHeld, TransferTiming
 from dmocker.engines.block_pool import BlockPool
@@ -40,19 +39,25 @@ SUBMITTED = CommandEffects(CommandResult.SUBMITTED)
 APPLIED = CommandEffects(CommandResult.APPLIED)
 
 
-class HandoffRequest(Protocol):
-    """What the shared bookkeeping reads and writes on an engine's request objects."""
+class HandoffRequest:
+    """What the shared bookkeeping reads and writes on an engine's request objects: the base
+    of both engines' request classes, which set these fields in their ``__init__``.
+
+    A compiled class, not a ``Protocol``: the bookkeeping below is generic over the request
+    type, and mypyc erases a type variable to its bound, so with a protocol as the bound every
+    read or write of these fields was a generic attribute lookup (~160 instructions, not a few).
+    """
+
+    __slots__ = ("rid", "handoff", "prompt", "hashes", "cached", "status", "source", "dest")
 
     rid: int
     handoff: Hashable
     prompt: int
     hashes: tuple[int, ...]
-    cached: list[int]
-    source: bool
-    dest: bool
-
-    @property
-    def status(self) -> enum.Enum: ...
+    cached: list[int]  # cached block hashes held by reference, in block order
+    status: enum.Enum  # the engine's own status enum
+    source: bool  # a registered handoff source (prefill side)
+    dest: bool  # an activated handoff destination (decode side)
 
 
 R = TypeVar("R", bound=HandoffRequest)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 from typing import Hashable
 
+from dmocker.engines.handoff_base import HandoffRequest
 from dmocker.engines.interface import EngineRequest
 
 __all__ = ["SglRequest", "SglStatus"]
@@ -23,9 +24,8 @@ class SglStatus(enum.Enum):
     HELD = 6
 
 
-class SglRequest:
-    __slots__ = ("rid", "handoff", "prompt", "maxout", "hashes", "seq", "materialized",
-                 "npages", "cached", "cached_tokens", "pub", "status", "source", "dest", "off")
+class SglRequest(HandoffRequest):
+    __slots__ = ("maxout", "seq", "materialized", "npages", "cached_tokens", "pub", "off")
 
     def __init__(self, req: EngineRequest, maxout: int, handoff: Hashable, status: SglStatus) -> None:
         self.rid = req.request_id
@@ -36,7 +36,7 @@ class SglRequest:
         self.seq = req.input_length  # prompt + output tokens
         self.materialized = 0  # tokens whose KV exists
         self.npages = 0  # pages held (locked radix pages + private pages)
-        self.cached: list[int] = []  # page hashes locked by this request, in order
+        self.cached = []  # page hashes locked by this request, in order
         self.cached_tokens = 0  # radix prefix hit of the first chunk
         self.pub = 0  # leading prompt pages already in the radix tree (or known duplicates)
         self.status = status

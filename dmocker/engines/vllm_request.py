@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 from typing import Hashable
 
+from dmocker.engines.handoff_base import HandoffRequest
 from dmocker.engines.interface import EngineRequest
 
 __all__ = ["Demand", "VllmRequest", "VllmStatus", "blocks_through"]
@@ -36,15 +37,14 @@ class VllmStatus(enum.Enum):
     HELD = 6  # source prefill finished, KV held
 
 
-class VllmRequest:
+class VllmRequest(HandoffRequest):
     """Per in-flight request state.
 
     Explicit fields (``computed``, ``seq``, ``nblocks``) are authoritative except for running
     requests while the worker is in lockstep mode; then ``off``/``bkt``/``kf`` are.
     """
 
-    __slots__ = ("rid", "handoff", "prompt", "maxout", "limit", "hashes", "computed", "seq",
-                 "nblocks", "cached", "status", "source", "dest", "off", "bkt", "kf", "qseq")
+    __slots__ = ("maxout", "limit", "computed", "seq", "nblocks", "off", "bkt", "kf", "qseq")
 
     def __init__(self, req: EngineRequest, maxout: int, handoff: Hashable, status: VllmStatus,
                  max_model_len: int | None) -> None:
@@ -58,7 +58,7 @@ class VllmRequest:
         self.computed = 0
         self.seq = req.input_length  # prompt + generated tokens
         self.nblocks = 0  # blocks held (cached refs + private)
-        self.cached: list[int] = []  # hashes held by reference, in block order
+        self.cached = []  # hashes held by reference, in block order
         self.status = status
         self.source = False  # registered handoff source (prefill side)
         self.dest = False  # activated handoff destination (decode side)
