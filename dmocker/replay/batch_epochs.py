@@ -120,7 +120,7 @@ class BatchEpochs:
             ep = self._open(source, seen)
         t0 = ep.last_t
         if unchanged:
-            self._gaps.add_same(first - t0, int(ids.shape[0]))
+            self._gaps.add_same(first - t0, len(ids))
         else:
             assert delta is not None
             self._changed(ep, delta, first, t0)

@@ -254,7 +254,7 @@ class Collector:
         ``delta`` (the batch's change since that array, when the engine knows it) lets the pass
         update the joiners and leavers only (:mod:`dmocker.replay.batch_epochs`); same result.
         """
-        n = int(ids.shape[0])
+        n = len(ids)  # (len: a size slot; ``.shape`` is a generic attribute read and a tuple)
         if n == 0:
             return
         if run_times is None:
@@ -263,7 +263,7 @@ class Collector:
         else:
             first = run_times.item(0)
             end = run_times.item(-1)
-            more = int(run_times.shape[0]) - 1
+            more = len(run_times) - 1
         gaps = self.gaps
         seen = None
         epochs = self._epochs

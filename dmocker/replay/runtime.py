@@ -32,7 +32,7 @@ mypyc compiles only single inheritance into native classes (``setup.py``).
 
 from __future__ import annotations
 
-import heapq
+from heapq import heappop  # (a module-level name: no attribute lookup on heapq per call)
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -431,7 +431,6 @@ class DisaggRuntime(ClusterControl):
         dirty = self._dirty
         deferred = self._deferred
         run_pass_ms = self._run_pass_ms
-        heappop = heapq.heappop
         while heap and heap[0][0] == now and heap[0][1] == _PASS:
             stage, idx = heappop(heap)[3]
             if stage == _D and run_pass_ms and run_pass_ms.pop(idx, None) is not None:
@@ -615,7 +614,7 @@ class DisaggRuntime(ClusterControl):
         live = self._live
         now = self.now_ms
         if stage is _PREFILL:
-            self._source_output_tokens += int(done.emitted.shape[0])
+            self._source_output_tokens += len(done.emitted)
             if self._route_signals:
                 self._prefill_pass_routing(done, idx)
             for rid in done.rejected:
@@ -630,7 +629,7 @@ class DisaggRuntime(ClusterControl):
             return
         # Decode: tokens, then terminals, then lifecycle facts (the reference's order).
         self.collector.on_tokens(done.emitted, now, idx, done.run_times, done.delta)
-        if done.finished.shape[0] == 0 and not done.rejected:
+        if not len(done.finished) and not done.rejected:
             if done.lifecycle:
                 self._lifecycle(done.lifecycle)
             return

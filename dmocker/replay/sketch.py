@@ -290,7 +290,7 @@ class GapSketches:
         return fill
 
     def add_many(self, gaps: F64) -> None:
-        n = int(gaps.shape[0])
+        n = len(gaps)
         fill = self._room(n)
         if fill < 0:
             self._fold(gaps)
@@ -347,7 +347,7 @@ class GapSketches:
     def add_run(self, times: F64, weight: int) -> None:
         """:meth:`add_same` of each gap between consecutive ``times`` (the passes of a bulk
         decode run after its first), subtracted straight into the staging buffer."""
-        n = int(times.shape[0]) - 1
+        n = len(times) - 1
         if n <= 0:
             return
         f = self._wfill
