@@ -342,29 +342,29 @@ class MooncakeTrace:
     def _check_row(
         self, row: dict[str, Any], lineno: int
     ) -> tuple[float | None, float | None, object, int, int]:
-        # (``row.get``: one lookup per field; a field set to null counts as absent)
-        get = row.get
+        # (``row.get``: one lookup per field, a native dict call here; a field set to null counts
+        # as absent)
         ts: float | None = None
-        value = get("timestamp")
+        value = row.get("timestamp")
         if value is not None:
             if not _is_number(value) or not math.isfinite(value):
                 raise self._err(lineno, "timestamp", f"must be a finite number of ms, got {_kind(value)}")
             ts = float(value)
         delay: float | None = None
-        value = get("delay")
+        value = row.get("delay")
         if value is not None:
             if not _is_number(value) or not math.isfinite(value) or value < 0:
                 raise self._err(lineno, "delay", f"must be a finite number >= 0 ms, got {_kind(value) if not _is_number(value) else value!r}")
             delay = float(value)
         sid: object = None
-        value = get("session_id")
+        value = row.get("session_id")
         if value is not None:
             if isinstance(value, bool) or not isinstance(value, (str, int)):
                 raise self._err(lineno, "session_id", f"must be a string or an integer, got {_kind(value)}")
             sid = ("s", value) if isinstance(value, str) else ("i", value)
         input_length = self._length(row, lineno, "input_length", 1)
         output_length = self._length(row, lineno, "output_length", 1)
-        hash_ids: Any = get("hash_ids", _ABSENT)
+        hash_ids: Any = row.get("hash_ids", _ABSENT)
         if hash_ids is _ABSENT:
             raise self._err(lineno, "hash_ids", "missing")
         if not isinstance(hash_ids, list):
