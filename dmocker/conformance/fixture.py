@@ -326,7 +326,7 @@ class _Driver:
             self.dst_tokens += emitted
             self.dst_end = None
             self._decode_kv(done.kv_events)
-            if REQUEST_ID in done.finished.tolist():
+            if REQUEST_ID in done.finished:
                 self.decode_finished = True
         for fact in done.lifecycle:
             self._fact(fact)

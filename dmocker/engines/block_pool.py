@@ -97,7 +97,7 @@ include the block position and generated ids are a range.
 from __future__ import annotations
 
 from itertools import repeat
-from typing import Sequence, TypeAlias
+from typing import Final, Sequence, TypeAlias, cast
 
 from dmocker.engines.hashing import HASH_BITS
 
@@ -106,8 +106,14 @@ __all__ = ["BlockPool", "KvChunk", "PRIVATE_HASH_BASE", "generated_block_ids", "
 # Ids of blocks holding generated tokens live above every (59-bit) content hash, so they can
 # never collide with (or be matched as) a prompt block; they produce no KV events.  Request
 # ids below 2**35 keep them under 2**60: two-digit ints, as cheap to hash as prompt hashes.
-PRIVATE_HASH_BASE = 1 << HASH_BITS
+PRIVATE_HASH_BASE: Final = 1 << HASH_BITS
 _IS_PROMPT = PRIVATE_HASH_BASE.__gt__  # h < PRIVATE_HASH_BASE: a prompt block's hash
+
+# Hash lists as the pool's dict lookups read them.  mypyc keeps an ``int`` below 2**62 unboxed:
+# an item read from a ``list[int]`` becomes a C integer, and using it as a dict key boxes it
+# again, an allocation per lookup.  Read through a ``list[object]`` view of the same list (a
+# cast: no copy, no conversion), the key is the int object the list holds.
+_Objs: TypeAlias = "list[object]"
 
 #: One recorded cache change: (True, hashes stored) or (False, hashes evicted), in order.
 KvChunk: TypeAlias = tuple[bool, tuple[int, ...]]
@@ -119,14 +125,14 @@ def generated_block_ids(request_id: int, first: int, stop: int) -> list[int]:
     The reference caches these under hashes of random output tokens: reachable by nobody, but
     they occupy LRU slots once released, which shapes what is evicted later.
     """
-    base = PRIVATE_HASH_BASE + (request_id << 24)
-    return list(range(base + first, base + stop))
+    base = PRIVATE_HASH_BASE + (request_id << 24)  # (below 2**60: native int arithmetic)
+    return [base + b for b in range(first, stop)]
 
 
 _STAMP0 = 1 << 32  # LRU stamps start here, so the entries untake prepends keep stamps >= 0
 
 
-def holds_before(held: Sequence[int], chain: Sequence[int], lo: int) -> bool:
+def holds_before(held: list[int], chain: list[int], lo: int) -> bool:
     """Whether a caller holding the cached blocks ``held`` (in chain order) holds the block just
     before ``chain[lo:]`` (or ``lo`` is 0): :meth:`BlockPool.promote`'s ``held``."""
     return not lo or (bool(held) and held[-1] == chain[lo - 1])
@@ -144,7 +150,7 @@ class _Run:
         self.stamp = stamp  # absolute LRU position while inactive and listed, else -1
 
 
-def _common(a: Sequence[int], i: int, b: list[int], p: int, n: int) -> int:
+def _common(a: list[int], i: int, b: list[int], p: int, n: int) -> int:
     """Length of the common prefix of ``a[i:i+n]`` and ``b[p:p+n]``, given ``a[i] == b[p]``.
 
     A hash names its whole prefix (module docstring), so blocks ``k`` agree exactly when
@@ -162,6 +168,15 @@ def _common(a: Sequence[int], i: int, b: list[int], p: int, n: int) -> int:
     return lo
 
 
+def _none_in(objs: _Objs, starts: dict[object, _Run]) -> bool:
+    """No hash of ``objs`` starts a run: a native loop of dict lookups (``keys().isdisjoint``
+    goes through the generic sequence-containment protocol for each item)."""
+    for h in objs:
+        if h in starts:
+            return False
+    return True
+
+
 class BlockPool:
     __slots__ = ("total", "free", "starts", "num_cached", "lru", "lru_head", "lru_base", "listed",
                  "num_inactive", "record", "events", "_undo")
@@ -169,7 +184,7 @@ class BlockPool:
     def __init__(self, total: int, *, record: bool = False) -> None:
         self.total = total
         self.free = total
-        self.starts: dict[int, _Run] = {}  # first hash of each run -> the run
+        self.starts: dict[object, _Run] = {}  # first hash of each run -> the run (int keys)
         self.num_cached = 0  # cached blocks (in all runs)
         self.lru: list[_Run | None] = []  # inactive runs, oldest first; None: left
         self.lru_head = 0  # entries before it are None
@@ -200,7 +215,7 @@ class BlockPool:
         """Every cached hash with its reference count (0: inactive)."""
         return {h: run.refs for run in self.starts.values() for h in run.keys}
 
-    def refs_of(self, hashes: Sequence[int]) -> list[int]:
+    def refs_of(self, hashes: list[int]) -> list[int]:
         """The reference count of each hash of a list the caller holds (all cached, a list it
         could :meth:`release`), in order."""
         out: list[int] = []
@@ -217,19 +232,20 @@ class BlockPool:
                 out += reversed(run.keys)
         return out
 
-    def match_prefix(self, hashes: Sequence[int], limit: int) -> tuple[int, int, int]:
+    def match_prefix(self, hashes: list[int], limit: int) -> tuple[int, int, int]:
         """(cached, active_cached, inactive_cached) for ``hashes[:limit]`` (a chain from its
         first block): how many leading blocks are resident, how many leading of those are
         referenced (free to share), and how many of the resident prefix are inactive (acquiring
         them removes them from the LRU)."""
         starts = self.starts
+        objs = cast(_Objs, hashes)
         n = min(limit, len(hashes))
         i = 0
         active = -1
         zeros = 0
         while i < n:
             # a stretch of the chain starts a run (the module docstring says why)
-            run = starts.get(hashes[i])
+            run = starts.get(objs[i])
             if run is None:
                 break
             keys = run.keys
@@ -247,25 +263,26 @@ class BlockPool:
 
     # --- runs ----------------------------------------------------------------------------------
 
-    def _pieces(self, hashes: Sequence[int]) -> list[_Run]:
+    def _pieces(self, hashes: list[int]) -> list[_Run]:
         """The runs covering ``hashes`` (all cached; a list the caller holds or a cached chain
         prefix), split so that each is a stretch of the list: the list is their concatenation.
         Each stretch starts a run (the module docstring says why; a KeyError otherwise)."""
         runs, lengths = self._stretches(hashes)
         return self._carved(runs, lengths)
 
-    def _stretches(self, hashes: Sequence[int]) -> tuple[list[_Run], list[int]]:
+    def _stretches(self, hashes: list[int]) -> tuple[list[_Run], list[int]]:
         """The list (all cached) as stretches, in order: the runs and, for each, how many of
         its first blocks the stretch covers (a KeyError when a stretch starts no run).
 
         Two lists, not a generator of pairs: this runs for every acquire, pin and release."""
         starts = self.starts
+        objs = cast(_Objs, hashes)
         n = len(hashes)
         runs: list[_Run] = []
         lengths: list[int] = []
         i = 0
         while i < n:
-            run = starts[hashes[i]]
+            run = starts[objs[i]]
             keys = run.keys
             m = len(keys)
             if i + m > n or hashes[i + m - 1] != keys[m - 1]:
@@ -295,12 +312,12 @@ class BlockPool:
         if run.stamp >= 0:
             self.lru[run.stamp - self.lru_base] = rest
             run.stamp = -1
-        self.starts[rest.keys[0]] = rest
+        self.starts[cast(_Objs, rest.keys)[0]] = rest
         return run
 
     # --- mutations -----------------------------------------------------------------------------
 
-    def acquire(self, hashes: Sequence[int]) -> None:
+    def acquire(self, hashes: list[int]) -> None:
         """Take one reference on each resident hash of a chain prefix (prefix hit or pin)."""
         if hashes:
             self._acquire(self._pieces(hashes))
@@ -316,7 +333,7 @@ class BlockPool:
                     self.listed -= 1
             run.refs += 1
 
-    def claim(self, hashes: Sequence[int], fresh: int) -> bool:
+    def claim(self, hashes: list[int], fresh: int) -> bool:
         """Reference the resident chain prefix ``hashes`` and take ``fresh`` new blocks, if both
         fit: the fresh blocks may not come from the inactive blocks being re-referenced.  All or
         nothing (False: nothing changed): the fit test runs before anything is touched
@@ -371,7 +388,7 @@ class BlockPool:
             keys = run.keys
             L = len(keys)
             if L <= left:
-                del starts[keys[0]]
+                del starts[cast(_Objs, keys)[0]]
                 run.keys = []
                 run.stamp = -1
                 lru[head] = None
@@ -443,7 +460,7 @@ class BlockPool:
             for j, run in enumerate(runs):
                 run.stamp = stamp + j
                 self.lru[head + j] = run
-                starts[run.keys[0]] = run
+                starts[cast(_Objs, run.keys)[0]] = run
             self.lru_head = head
             self.listed += k
             self.num_inactive += n - still
@@ -455,7 +472,7 @@ class BlockPool:
         """Return ``n`` private blocks to the free count."""
         self.free += n
 
-    def promote(self, chain: Sequence[int], lo: int = 0, hi: int | None = None,
+    def promote(self, chain: list[int], lo: int = 0, hi: int | None = None,
                 held: bool = True) -> list[int]:
         """Private full blocks with hashes ``chain[lo:hi]`` enter the cache, each referenced by
         its owner.  ``chain`` is the caller's hash chain from its first block (or a request's
@@ -466,14 +483,16 @@ class BlockPool:
         Returns the hashes actually inserted, in order; a hash already cached is left out (that
         block stays a private duplicate).  They form new runs, split where duplicates were.
         """
-        hs = list(chain[lo:hi])
+        hs = chain[lo:] if hi is None else chain[lo:hi]  # (a new list: runs keep it; two
+        # native slices, where ``chain[lo:hi]`` with ``hi: int | None`` is a generic one)
         if not hs:
             return hs
         starts = self.starts
-        if (held or not lo) and starts.keys().isdisjoint(hs):
+        objs = cast(_Objs, hs)
+        if (held or not lo) and _none_in(objs, starts):
             # The usual case: nothing in range starts a run and the block before ends one (or
             # is not cached), so nothing in range is cached (module docstring).
-            starts[hs[0]] = _Run(hs, 1)
+            starts[objs[0]] = _Run(hs, 1)
             self.num_cached += len(hs)
             if self.record and hs[0] < PRIVATE_HASH_BASE:
                 self.events.append((True, tuple(hs)))
@@ -493,20 +512,20 @@ class BlockPool:
                 i += m
                 continue
             j = i + 1
-            while j < n and hs[j] not in starts:
+            while j < n and objs[j] not in starts:
                 j += 1
             keys = hs[i:j]
             new += keys
-            starts[hs[i]] = _Run(keys, 1)  # (it was no run's start: it was not cached)
+            starts[objs[i]] = _Run(keys, 1)  # (it was no run's start: it was not cached)
             i = j
         self.num_cached += len(new)
         if new and self.record and new[0] < PRIVATE_HASH_BASE:
             self.events.append((True, tuple(new)))
         return new
 
-    def _locate(self, chain: Sequence[int], lo: int) -> tuple[_Run | None, int]:
+    def _locate(self, chain: list[int], lo: int) -> tuple[_Run | None, int]:
         """Where ``chain[lo - 1]`` is cached: (its run, its index there), or (None, 0)."""
-        hs = chain if isinstance(chain, list) else list(chain[:lo])
+        hs = chain
         run: _Run | None = None
         p = 0
         i = 0
@@ -523,13 +542,13 @@ class BlockPool:
         if run is not None and p + 1 < len(run.keys) and run.keys[p + 1] == hs[i]:
             m = _common(hs, i, run.keys, p + 1, min(len(run.keys) - p - 1, n - i))
             return run, p + m, m
-        found = self.starts.get(hs[i])
+        found = self.starts.get(cast(_Objs, hs)[i])
         if found is None:
             return None, 0, 0
         m = _common(hs, i, found.keys, 0, min(len(found.keys), n - i))
         return found, m - 1, m
 
-    def release(self, hashes: Sequence[int]) -> None:
+    def release(self, hashes: list[int]) -> None:
         """Drop one reference on each hash, leaves first, so that children become older LRU
         entries than their parents and are evicted before them: the runs of ``hashes`` that
         reach zero are appended to the LRU last first."""

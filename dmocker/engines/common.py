@@ -96,10 +96,10 @@ def cut_completion(completion: PassCompletion | None, times: npt.NDArray[np.floa
 
 
 class _RefCounts(Protocol):
-    def refs_of(self, hashes: Sequence[int]) -> list[int]: ...
+    def refs_of(self, hashes: list[int]) -> list[int]: ...
 
 
-def blocks_freed(pool: _RefCounts, holdings: Iterable[tuple[int, Sequence[int]]]) -> int:
+def blocks_freed(pool: _RefCounts, holdings: Iterable[tuple[int, list[int]]]) -> int:
     """Blocks that leave use when requests holding ``(blocks, cached hashes)`` complete together
     (a bulk run's finishing pass, seen by the KV-usage probe before it is applied): every block
     a request holds privately, and each cached block nobody else references."""

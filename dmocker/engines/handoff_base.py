@@ -53,7 +53,7 @@ class HandoffRequest:
     rid: int
     handoff: Hashable
     prompt: int
-    hashes: tuple[int, ...]
+    hashes: list[int]  # (a list: the block pool indexes it natively)
     cached: list[int]  # cached block hashes held by reference, in block order
     status: enum.Enum  # the engine's own status enum
     source: bool  # a registered handoff source (prefill side)

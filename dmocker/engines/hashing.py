@@ -30,7 +30,7 @@ strength, only determinism across runs and ``PYTHONHASHSEED`` values.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Final, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -50,7 +50,7 @@ _K2 = np.uint64(0xD6E8FEB86659FD93)
 _B = 0x100000001B3  # odd: the FNV-64 prime
 _B_INV = pow(_B, -1, 1 << 64)
 
-HASH_BITS = 59
+HASH_BITS: Final = 59
 _HASH_MASK = np.uint64((1 << HASH_BITS) - 1)
 
 _pow_cache: list[U64] = []

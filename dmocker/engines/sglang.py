@@ -254,7 +254,7 @@ class SglangWorker(SglDecodePath):
         self._completion = PassCompletion(
             end_ms=end,
             emitted=emitted_out,
-            finished=ids_array(finished),
+            finished=tuple(finished),
             lifecycle=lifecycle,
             kv_events=self._drain_kv(),  # SGLang: visible at pass end
             delta=delta,

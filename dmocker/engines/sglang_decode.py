@@ -346,9 +346,9 @@ class SglDecodePath(HandoffWorkerBase[SglRequest]):
         end = float(times[-1])
         emitted = self._rids.to_numpy()
         delta = self._batch.handout(emitted)
-        finished = empty_ids()
+        finished: tuple[int, ...] = ()
         if tail:
-            finished = np.array([r.rid for r, lf in zip(batch, left) if lf == n_pass], dtype=np.int64)
+            finished = tuple([r.rid for r, lf in zip(batch, left) if lf == n_pass])
         self._completion = PassCompletion(end_ms=end, emitted=emitted, finished=finished, run_times=times,
                                           delta=delta)
         self._busy = True

@@ -32,7 +32,7 @@ class SglRequest(HandoffRequest):
         self.handoff = handoff
         self.prompt = req.input_length
         self.maxout = maxout
-        self.hashes = req.block_hashes
+        self.hashes = list(req.block_hashes)
         self.seq = req.input_length  # prompt + output tokens
         self.materialized = 0  # tokens whose KV exists
         self.npages = 0  # pages held (locked radix pages + private pages)

@@ -379,12 +379,12 @@ class VllmWorker(LockstepDecode):
         return self._begin(
             now_ms, end, admissions, rejected,
             ids_array(emitted_ids),
-            ids_array(finished_ids),
+            tuple(finished_ids),
             stats[3], n_ready,
         )
 
     def _begin(self, now_ms: float, end: float, admissions: list[Admission], rejected: list[int],
-               emitted: I64, finished: I64, prefill_tokens: int, n_ready: int,
+               emitted: I64, finished: tuple[int, ...], prefill_tokens: int, n_ready: int,
                delta: BatchDelta | None = None) -> PassPlan:
         lifecycle: tuple[LifecycleEvent, ...] = ()
         if self._lifecycle:
@@ -416,7 +416,7 @@ class VllmWorker(LockstepDecode):
                 cached = cap
         return cached, min(active * bs, cached)
 
-    def _known_hashes(self, r: VllmRequest) -> tuple[int, ...] | list[int]:
+    def _known_hashes(self, r: VllmRequest) -> list[int]:
         """Cache ids of every full block of the known sequence: the prompt's chained hashes,
         then (a preempted request's) generated blocks, which it can hit again on re-admission
         as in the reference, where they are cached under their token hashes."""
@@ -424,7 +424,7 @@ class VllmWorker(LockstepDecode):
         first = len(r.hashes)
         if full <= first:
             return r.hashes
-        return list(r.hashes) + generated_block_ids(r.rid, first, full)
+        return r.hashes + generated_block_ids(r.rid, first, full)
 
     def _schedule(
         self,
@@ -461,14 +461,14 @@ class VllmWorker(LockstepDecode):
             need_total = ceil_div(target, bs)
             if need_total <= r.nblocks:
                 break
-            hits: tuple[int, ...] = ()
+            hits: list[int] = []
             have = r.nblocks
             if r.nblocks == 0 and cached > 0:
-                hits = tuple(self._known_hashes(r)[: cached // bs])
+                hits = self._known_hashes(r)[: cached // bs]
                 have = len(hits)
             if pool.claim(hits, need_total - have):
                 if hits:
-                    r.cached = list(hits)
+                    r.cached = hits
                 r.nblocks = need_total
                 break
             victim = self._preempt_lifo(run)

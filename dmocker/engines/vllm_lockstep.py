@@ -79,7 +79,7 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
         raise NotImplementedError
 
     def _begin(self, now_ms: float, end: float, admissions: list[Admission], rejected: list[int],
-               emitted: I64, finished: I64, prefill_tokens: int, n_ready: int,
+               emitted: I64, finished: tuple[int, ...], prefill_tokens: int, n_ready: int,
                delta: BatchDelta | None = None) -> PassPlan:
         raise NotImplementedError
 
@@ -191,7 +191,7 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
         if not n_ready and not finished_ids and not admissions and not rejected and not n_before:
             return None
         return self._begin(now_ms, now_ms + decode_ms, admissions, rejected, emitted,
-                           ids_array(finished_ids),
+                           tuple(finished_ids),
                            0, n_ready, delta)
 
     def _running_ids(self) -> I64:
@@ -373,9 +373,9 @@ class LockstepDecode(HandoffWorkerBase[VllmRequest]):
         self.bulk_joins += joiners is not None
         self.bulk_tails += tail >= 0
         end = float(times[-1])
-        finished = empty_ids()
+        finished: tuple[int, ...] = ()
         if tail >= 0:
-            finished = np.array([r.rid for r in finish_at[tail]], dtype=np.int64)
+            finished = tuple([r.rid for r in finish_at[tail]])
         emitted = self._running_ids()
         self._completion = PassCompletion(end_ms=end, emitted=emitted, finished=finished, run_times=times,
                                           delta=self._batch.handout(emitted))

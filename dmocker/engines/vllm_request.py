@@ -54,7 +54,7 @@ class VllmRequest(HandoffRequest):
         self.maxout = maxout
         # generated-token count at which generation stops (output limit or model length)
         self.limit = maxout if max_model_len is None else min(maxout, max_model_len - req.input_length)
-        self.hashes = req.block_hashes
+        self.hashes = list(req.block_hashes)
         self.computed = 0
         self.seq = req.input_length  # prompt + generated tokens
         self.nblocks = 0  # blocks held (cached refs + private)

@@ -629,11 +629,11 @@ class DisaggRuntime(ClusterControl):
             return
         # Decode: tokens, then terminals, then lifecycle facts (the reference's order).
         self.collector.on_tokens(done.emitted, now, idx, done.run_times, done.delta)
-        if not len(done.finished) and not done.rejected:
+        if not done.finished and not done.rejected:
             if done.lifecycle:
                 self._lifecycle(done.lifecycle)
             return
-        for rid in done.finished.tolist():
+        for rid in done.finished:
             req = live.get(rid)
             if req is None:
                 continue

@@ -88,7 +88,7 @@ def run_pair(
         else:
             for rid in c.emitted.tolist():
                 tr.tokens.setdefault(rid, []).append(c.end_ms)
-            tr.finished.extend(c.finished.tolist())
+            tr.finished.extend(list(c.finished))
             tr.decode_stored.extend(stored(c.kv_events))
         tr.rejected.extend(c.rejected)
         lifecycle(c.lifecycle)

@@ -90,7 +90,7 @@ class EngineMachine(RuleBasedStateMachine):
         c = w.finish_pass()
         for f in c.lifecycle:
             self._fact(f)
-        assert set(c.finished.tolist()) | set(c.rejected) <= set(self.reqs)
+        assert set(c.finished) | set(c.rejected) <= set(self.reqs)
 
     @precondition(lambda self: bool(self.reqs))
     @rule(data=st.data(), cmd=st.sampled_from(["release", "cancel_src", "activate", "cancel_dst"]))

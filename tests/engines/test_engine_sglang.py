@@ -42,7 +42,7 @@ def drain(w: SglangWorker, now: float = 0.0) -> list[tuple[list[int], list[int]]
             break
         c = w.finish_pass()
         now = c.end_ms
-        out.append((c.emitted.tolist(), c.finished.tolist()))
+        out.append((c.emitted.tolist(), list(c.finished)))
     return out
 
 
@@ -348,7 +348,7 @@ def _decode_tokens(d: SglangWorker, joins: list[tuple[float, EngineRequest]], bu
         times = c.run_times.tolist() if c.run_times is not None else [end]
         for t in times:
             tokens.extend((t, rid) for rid in c.emitted.tolist())
-        finished.extend((end, rid) for rid in c.finished.tolist())
+        finished.extend((end, rid) for rid in c.finished)
         now = end
         activate(c.lifecycle)
         d._check_lazy()

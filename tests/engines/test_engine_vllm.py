@@ -48,7 +48,7 @@ def drain(w: VllmWorker, now: float = 0.0) -> list[tuple[float, list[int], list[
             break
         c = w.finish_pass()
         now = c.end_ms
-        out.append((now, c.emitted.tolist(), c.finished.tolist()))
+        out.append((now, c.emitted.tolist(), list(c.finished)))
     return out
 
 

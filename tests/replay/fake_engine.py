@@ -187,7 +187,7 @@ class FakeWorker(EngineWorker):
                 held.append(SourceHeld(r.request_id, self.args.transfer_timing(r.input_length)))
             self._running = []
             ids = np.array(emitted, dtype=np.int64)
-            return PassCompletion(self._end, emitted=ids, finished=ids, rejected=tuple(rejected), lifecycle=tuple(held))
+            return PassCompletion(self._end, emitted=ids, finished=tuple(emitted), rejected=tuple(rejected), lifecycle=tuple(held))
         emitted_d: list[int] = []
         finished: list[int] = []
         for rid in self._decoding:
@@ -203,6 +203,6 @@ class FakeWorker(EngineWorker):
         return PassCompletion(
             self._end,
             emitted=np.array(emitted_d, dtype=np.int64),
-            finished=np.array(finished, dtype=np.int64),
+            finished=tuple(finished),
             lifecycle=self._retry(),
         )
