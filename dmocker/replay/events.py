@@ -62,7 +62,11 @@ class _Peek:
 
 
 class EventQueue(Generic[P]):
-    """A min-heap of ``(time_ms, kind rank, (order_ms, rank, seq), payload)``.
+    """A min-heap of ``(time_ms, kind rank, order_ms, rank, seq, payload)``.
+
+    One flat tuple per event, not a nested key: a push builds one tuple, and a comparison that
+    gets past the time and kind compares the next fields in place (the sequence number is unique,
+    so the payload is never compared).
 
     ``pop_ready(now, kind)`` pops the top event only if it is due exactly at ``now`` and of
     ``kind``: because the rank sits before the sequence number, all same-time events of a
@@ -72,7 +76,7 @@ class EventQueue(Generic[P]):
     __slots__ = ("_heap", "_seq")
 
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int, tuple[float, int, int], P]] = []
+        self._heap: list[tuple[float, int, float, int, int, P]] = []
         self._seq = 0
 
     def __len__(self) -> int:
@@ -86,7 +90,7 @@ class EventQueue(Generic[P]):
         point in that time step where the per-pass simulation would have pushed it."""
         if time_ms - time_ms != 0.0:  # (inf or nan: native float arithmetic, no call)
             raise ReplayInvariantError(f"event scheduled at non-finite time {time_ms!r}")
-        heappush(self._heap, (time_ms, int(kind), (order_ms, rank, self._seq), payload))
+        heappush(self._heap, (time_ms, int(kind), order_ms, rank, self._seq, payload))
         self._seq += 1
 
     def peek(self) -> _Peek | None:
@@ -96,10 +100,10 @@ class EventQueue(Generic[P]):
         return _Peek(top[0], EventKind(top[1]))
 
     def peek_payload(self) -> P | None:
-        return self._heap[0][3] if self._heap else None
+        return self._heap[0][5] if self._heap else None
 
     @property
-    def raw(self) -> list[tuple[float, int, tuple[float, int, int], P]]:
+    def raw(self) -> list[tuple[float, int, float, int, int, P]]:
         """The heap list itself (read-only use: the drain loop peeks at ``raw[0]``)."""
         return self._heap
 
@@ -110,7 +114,7 @@ class EventQueue(Generic[P]):
             top = heap[0]
             if top[0] == now_ms and top[1] == kind:
                 heapq.heappop(heap)
-                return True, top[3]
+                return True, top[5]
         return False, None
 
     def ready(self, now_ms: float, kind: EventKind) -> Iterator[P]:
@@ -119,10 +123,10 @@ class EventQueue(Generic[P]):
         heap = self._heap
         rank = int(kind)
         while heap and heap[0][0] == now_ms and heap[0][1] == rank:
-            yield heapq.heappop(heap)[3]
+            yield heapq.heappop(heap)[5]
 
     def pop_top(self) -> P:
-        return heapq.heappop(self._heap)[3]
+        return heapq.heappop(self._heap)[5]
 
     def remove(self, kind: EventKind, payload: P) -> bool:
         """Drop the first event of ``kind`` with this payload (a worker's pass completion when
@@ -131,7 +135,7 @@ class EventQueue(Generic[P]):
         heap = self._heap
         rank = int(kind)
         for i, e in enumerate(heap):
-            if e[1] == rank and e[3] == payload:
+            if e[1] == rank and e[5] == payload:
                 last = heap.pop()
                 if i < len(heap):
                     heap[i] = last
@@ -147,7 +151,7 @@ class EventQueue(Generic[P]):
         """
         before = len(self._heap)
         # In place: the runtime's drain loop holds a reference to this list.
-        self._heap[:] = [e for e in self._heap if keep(EventKind(e[1]), e[3])]
+        self._heap[:] = [e for e in self._heap if keep(EventKind(e[1]), e[5])]
         heapq.heapify(self._heap)
         return before - len(self._heap)
 

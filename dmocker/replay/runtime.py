@@ -432,7 +432,7 @@ class DisaggRuntime(ClusterControl):
         deferred = self._deferred
         run_pass_ms = self._run_pass_ms
         while heap and heap[0][0] == now and heap[0][1] == _PASS:
-            stage, idx = heappop(heap)[3]
+            stage, idx = heappop(heap)[5]
             if stage == _D and run_pass_ms and run_pass_ms.pop(idx, None) is not None:
                 self._solo_next.pop(idx, None)  # a run that ran to its end: runs pay here
             completion = workers[stage][idx].finish_pass()

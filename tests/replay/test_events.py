@@ -48,7 +48,7 @@ def test_ready_yields_due_events_of_one_kind_including_those_pushed_meanwhile() 
             q.push(5.0, EventKind.PASS_COMPLETION, "p2")  # due now: yielded in the same sweep
     assert seen == ["p1", "p2"]
     assert list(q.ready(5.0, EventKind.TRANSFER_COMPLETE)) == ["t1"]
-    assert [e[3] for e in q.raw] == ["later"]
+    assert [e[5] for e in q.raw] == ["later"]
 
 
 @settings(max_examples=50, deadline=None)
