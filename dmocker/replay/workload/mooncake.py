@@ -27,7 +27,7 @@ import math
 import os
 from array import array
 from collections.abc import Iterator
-from typing import Any, Final
+from typing import Any, Final, SupportsIndex
 
 import numpy as np
 import numpy.typing as npt
@@ -130,20 +130,23 @@ class MooncakeTrace:
             yield SessionStart(t, row)
 
     def load(self, request_id: int) -> Turn:
-        input_length = self._input[request_id]
-        lo = self._id_start[request_id]
+        # The row index as one Python int for all its column reads: compiled, an ``int`` is a
+        # C integer, boxed again (a new object above 256) for every array index it is used as.
+        row: SupportsIndex = request_id
+        input_length = self._input[row]
+        lo = self._id_start[row]
         hi = self._id_start[request_id + 1]
         if self._clamp:
             hi = min(hi, lo - (-input_length // self._block))
         return Turn(
             request_id,
             input_length,
-            self._output[request_id],
+            self._output[row],
             tuple(self._ids[lo:hi]),  # validated when indexed: exact ints in [0, 2^63)
-            self._delay[request_id],
-            self._next[request_id],
-            self._session[request_id],
-            self._turn[request_id],
+            self._delay[row],
+            self._next[row],
+            self._session[row],
+            self._turn[row],
         )
 
     def delay_of(self, request_id: int) -> float:
