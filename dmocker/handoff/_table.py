@@ -107,7 +107,19 @@ class CompiledTable:
 
 
 def _matches(t: Transition, config: dict[str, str]) -> bool:
-    return all(config[region] in states for region, states in t.when)
+    # (loops, not ``all``/``next`` over generators: compiled, a loop is native code and a
+    # generator an object per call; both orders' tables are compiled at every spec load)
+    for region, states in t.when:
+        if config[region] not in states:
+            return False
+    return True
+
+
+def _first_match(candidates: list[Transition], config: dict[str, str]) -> Transition | None:
+    for t in candidates:
+        if _matches(t, config):
+            return t
+    return None
 
 
 class _Compiler:
@@ -138,7 +150,7 @@ class _Compiler:
                 return IGNORE, None
             if action_name not in pending:
                 return NOT_APPLICABLE, None
-        chosen = next((t for t in self.by_event.get(event, []) if _matches(t, config)), None)
+        chosen = _first_match(self.by_event.get(event, []), config)
         if chosen is None:
             if "." in event:
                 return Reject(HandoffErrorKind.INVALID_OUTCOME, "input_precedence.unlisted_outcome"), None
@@ -166,7 +178,7 @@ class _Compiler:
         logs = [chosen.log] if chosen.log else []
         steps = [chosen.id]
         for _ in range(len(self.rules) + 1):
-            rule = next((r for r in self.rules if _matches(r, new)), None)
+            rule = _first_match(self.rules, new)
             if rule is None:
                 break
             self.used.add(rule.id)
