@@ -111,13 +111,13 @@ def empty_ids() -> IdArray:
 
 
 _NP_ARRAY: Final = np.array  # (statics: no attribute lookup on numpy per call)
-_INT64: Final = np.int64
 _FROMBUFFER: Final = np.frombuffer
+_INT64_DTYPE: Final = np.dtype(np.int64)  # (an instance: a dtype class is converted per call)
 
 
 def ids_array(ids: list[int]) -> IdArray:
     """The ids as a new int64 array (:func:`empty_ids` when there are none)."""
-    return _NP_ARRAY(ids, _INT64) if ids else _EMPTY_IDS
+    return _NP_ARRAY(ids, _INT64_DTYPE) if ids else _EMPTY_IDS
 
 
 def ids_copy(ids: array[int]) -> IdArray:
@@ -125,7 +125,7 @@ def ids_copy(ids: array[int]) -> IdArray:
 
     A view of a slice (the copy, which nobody else holds): about half the cost of
     ``np.array(ids)``, which first inspects the buffer's format to choose a dtype."""
-    return _FROMBUFFER(ids[:], _INT64)
+    return _FROMBUFFER(ids[:], _INT64_DTYPE)
 
 
 @final
