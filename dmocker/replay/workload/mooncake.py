@@ -37,9 +37,9 @@ from .types import NO_NEXT, SessionStart, Turn, WorkloadError
 
 __all__ = ["MooncakeTrace", "MAX_LENGTH", "MAX_HASH_ID"]
 
-MAX_LENGTH = 1 << 32
+MAX_LENGTH: Final = 1 << 32
 """Largest accepted token length; beyond it the numbers are surely a unit mistake."""
-MAX_HASH_ID = (1 << 63) - 1
+MAX_HASH_ID: Final = (1 << 63) - 1
 _ABSENT: Final = object()  # a row field that is not there (null is a value: checked apart)
 
 
@@ -373,11 +373,15 @@ class MooncakeTrace:
         if not isinstance(hash_ids, list):
             raise self._err(lineno, "hash_ids", f"must be a list of integers, got {_kind(hash_ids)}")
         for i, h in enumerate(hash_ids):
-            # ``type(h) is int`` first: what JSON gives, decided without a call per id
-            if (type(h) is not int and not _is_int(h)) or h < 0 or h > MAX_HASH_ID:
-                raise self._err(
-                    lineno, f"hash_ids[{i}]", f"must be an integer in [0, 2^63), got {_kind(h) if not _is_int(h) else h}"
-                )
+            # ``type(h) is int`` first (what JSON gives), then the range with native integer
+            # comparisons on a typed local (comparing ``h`` itself is a generic call per bound)
+            if type(h) is int:
+                hv: int = h
+                if 0 <= hv <= MAX_HASH_ID:
+                    continue
+            raise self._err(
+                lineno, f"hash_ids[{i}]", f"must be an integer in [0, 2^63), got {_kind(h) if not _is_int(h) else h}"
+            )
         capacity = len(hash_ids) * self._block
         if input_length > capacity:
             if self._clamp and capacity > 0:
