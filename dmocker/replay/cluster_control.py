@@ -130,8 +130,8 @@ class ClusterControl(RoutingHooks):
             return None
         key = (int(stage), idx)
         for e in self._events.raw:
-            if e[1] == _PASS and e[5] == key:
-                return e[2], e[0]
+            if cast(int, e[1]) == _PASS and e[5] == key:
+                return cast(float, e[2]), cast(float, e[0])
         return None
 
     def worker_removable(self, stage: Stage, idx: int) -> bool:

@@ -23,13 +23,16 @@ import math
 from heapq import heappush
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Final, Generic, TypeVar, final
+from typing import Final, Generic, TypeAlias, TypeVar, cast, final
 
 from .errors import DeadEndError, ReplayInvariantError
 
 __all__ = [
+    "Entry",
     "EventKind",
     "EventQueue",
+    "top_kind",
+    "top_time",
     "DeadEndError",
     "ReplayInvariantError",
 ]
@@ -61,6 +64,22 @@ class _Peek:
         self.kind = kind
 
 
+#: A heap entry, ``(time_ms, kind, order_ms, rank, seq, payload)``.  Declared a tuple of any
+#: length: compiled code then reads one field of ``heap[0]`` in place, where a fixed-length
+#: tuple type makes it unbox all six fields first (type checks and float conversions included).
+Entry: TypeAlias = "tuple[object, ...]"
+
+
+def top_time(heap: list[Entry]) -> float:
+    """The time of the earliest event of a non-empty :attr:`EventQueue.raw`."""
+    return cast(float, heap[0][0])
+
+
+def top_kind(heap: list[Entry]) -> int:
+    """The kind (:class:`EventKind` value) of the earliest event of a non-empty heap."""
+    return cast(int, heap[0][1])
+
+
 class EventQueue(Generic[P]):
     """A min-heap of ``(time_ms, kind rank, order_ms, rank, seq, payload)``.
 
@@ -76,45 +95,44 @@ class EventQueue(Generic[P]):
     __slots__ = ("_heap", "_seq")
 
     def __init__(self) -> None:
-        self._heap: list[tuple[float, int, float, int, int, P]] = []
+        self._heap: list[Entry] = []
         self._seq = 0
 
     def __len__(self) -> int:
         return len(self._heap)
 
-    def push(self, time_ms: float, kind: EventKind, payload: P, order_ms: float = -math.inf,
+    def push(self, time_ms: float, kind: int, payload: P, order_ms: float = -math.inf,
              rank: int = 0) -> None:
-        """Schedule ``payload`` at ``time_ms``.  Same-time events of one kind pop in the order
+        """Schedule ``payload`` at ``time_ms`` as an event of ``kind`` (an :class:`EventKind`;
+        typed ``int`` so that the compiled call converts a member to a plain int natively, where
+        ``int(kind)`` here would be a generic call, and the heap holds plain ints, which compare
+        faster than enum members).  Same-time events of one kind pop in the order
         of ``order_ms`` (the caller's clock when it pushes), then of ``rank``, then of pushing;
         a bulk decode run's completion passes the start of its last pass and the rank of the
         point in that time step where the per-pass simulation would have pushed it."""
         if time_ms - time_ms != 0.0:  # (inf or nan: native float arithmetic, no call)
             raise ReplayInvariantError(f"event scheduled at non-finite time {time_ms!r}")
-        heappush(self._heap, (time_ms, int(kind), order_ms, rank, self._seq, payload))
+        heappush(self._heap, (time_ms, kind, order_ms, rank, self._seq, payload))
         self._seq += 1
 
     def peek(self) -> _Peek | None:
         if not self._heap:
             return None
-        top = self._heap[0]
-        return _Peek(top[0], EventKind(top[1]))
+        return _Peek(top_time(self._heap), EventKind(top_kind(self._heap)))
 
     def peek_payload(self) -> P | None:
-        return self._heap[0][5] if self._heap else None
+        return cast(P, self._heap[0][5]) if self._heap else None
 
     @property
-    def raw(self) -> list[tuple[float, int, float, int, int, P]]:
+    def raw(self) -> list[Entry]:
         """The heap list itself (read-only use: the drain loop peeks at ``raw[0]``)."""
         return self._heap
 
     def pop_ready(self, now_ms: float, kind: EventKind) -> tuple[bool, P | None]:
         """Pop the top event if it is ``kind`` due at ``now_ms``; returns (popped, payload)."""
         heap = self._heap
-        if heap:
-            top = heap[0]
-            if top[0] == now_ms and top[1] == kind:
-                heapq.heappop(heap)
-                return True, top[5]
+        if heap and top_time(heap) == now_ms and top_kind(heap) == kind:
+            return True, cast(P, heapq.heappop(heap)[5])
         return False, None
 
     def ready(self, now_ms: float, kind: EventKind) -> Iterator[P]:
@@ -122,11 +140,11 @@ class EventQueue(Generic[P]):
         at the top of the heap (what the caller pushes meanwhile is seen too)."""
         heap = self._heap
         rank = int(kind)
-        while heap and heap[0][0] == now_ms and heap[0][1] == rank:
-            yield heapq.heappop(heap)[5]
+        while heap and top_time(heap) == now_ms and top_kind(heap) == rank:
+            yield cast(P, heapq.heappop(heap)[5])
 
     def pop_top(self) -> P:
-        return heapq.heappop(self._heap)[5]
+        return cast(P, heapq.heappop(self._heap)[5])
 
     def remove(self, kind: EventKind, payload: P) -> bool:
         """Drop the first event of ``kind`` with this payload (a worker's pass completion when
@@ -151,7 +169,7 @@ class EventQueue(Generic[P]):
         """
         before = len(self._heap)
         # In place: the runtime's drain loop holds a reference to this list.
-        self._heap[:] = [e for e in self._heap if keep(EventKind(e[1]), e[5])]
+        self._heap[:] = [e for e in self._heap if keep(EventKind(cast(int, e[1])), cast(P, e[5]))]
         heapq.heapify(self._heap)
         return before - len(self._heap)
 

@@ -36,7 +36,7 @@ from heapq import heappop  # (a module-level name: no attribute lookup on heapq 
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, TYPE_CHECKING, Final
+from typing import IO, TYPE_CHECKING, Final, cast
 
 from dmocker.handoff import (
     Failed,
@@ -54,7 +54,7 @@ from dmocker.engines.interface import (
 
 from .cluster_control import ClusterControl
 from .collector import Collector, TerminalStatus
-from .events import DeadEndError, EventKind, EventQueue, ReplayInvariantError
+from .events import DeadEndError, EventKind, EventQueue, ReplayInvariantError, top_kind, top_time
 from .routing import RoundRobin, Router
 from .request_state import Phase, Queued, RequestState, Stage
 from .timeseries import TimeSeriesRecorder
@@ -254,18 +254,18 @@ class DisaggRuntime(ClusterControl):
             self._planner.start()
         self._drain()
         heap = self._events.raw
-        next_ready = self._admission.next_ready_time
+        admission = self._admission  # (its method called as a method: a native call)
         cap = self._cap
         sampler = self._sampler
         idle_steps = 0  # consecutive steps at which only planner ticks could change anything
         while not self._is_done():
-            t = next_ready()
+            t = admission.next_ready_time()
             if t is None and len(heap) == self._idle_events and heap:
                 idle_steps = self._count_idle_step(idle_steps)
             else:
                 idle_steps = 0
-            if heap and (t is None or heap[0][0] < t):
-                t = heap[0][0]
+            if heap and (t is None or top_time(heap) < t):
+                t = top_time(heap)
             if t is None:
                 raise DeadEndError(self.now_ms, self._describe_stuck())
             if cap is not None and t > cap:
@@ -289,7 +289,7 @@ class DisaggRuntime(ClusterControl):
         worker start-ups: the planner alone can unblock the run.  Count such steps (a pending
         start-up resets the count: a worker is coming); after ``_IDLE_TICKS_LIMIT`` of them the
         planner is not going to act, and the run is a dead end rather than an endless loop."""
-        if any(e[1] == _READY for e in self._events.raw):
+        if any(cast(int, e[1]) == _READY for e in self._events.raw):
             return 0
         if steps >= _IDLE_TICKS_LIMIT:
             raise DeadEndError(self.now_ms, self._describe_stuck(),
@@ -320,17 +320,17 @@ class DisaggRuntime(ClusterControl):
             now = self.now_ms
             changed = False
             if heap:
-                rank = heap[0][1]
+                rank = top_kind(heap)
                 if self._stale > 32 or rank == _TRANSFER:
                     changed = self._prune_stale_transfers()
-                if heap and heap[0][0] == now:
-                    if heap[0][1] == _PASS:
+                if heap and top_time(heap) == now:
+                    if top_kind(heap) == _PASS:
                         changed = self._apply_pass_completions() or changed
-                    if heap and heap[0][0] == now and heap[0][1] == _READY and self._planner is not None:
+                    if heap and top_time(heap) == now and top_kind(heap) == _READY and self._planner is not None:
                         changed = self._planner.apply_ready(now) or changed
-                    if heap and heap[0][0] == now and heap[0][1] == _TRANSFER:
+                    if heap and top_time(heap) == now and top_kind(heap) == _TRANSFER:
                         changed = self._apply_transfer_completions() or changed
-                    if heap and heap[0][0] == now and heap[0][1] == _INJECTED:
+                    if heap and top_time(heap) == now and top_kind(heap) == _INJECTED:
                         changed = self._apply_injected() or changed
             if admission.has_ready(now):
                 changed = self._release_arrivals() or changed
@@ -344,7 +344,7 @@ class DisaggRuntime(ClusterControl):
             planner = self._planner
             if (
                 planner is not None
-                and (planner.draining or (heap and heap[0][0] == now and heap[0][1] == _TICK))
+                and (planner.draining or (heap and top_time(heap) == now and top_kind(heap) == _TICK))
                 and planner.after_sweep(now)
             ):
                 # Drained workers removed, then ticks (last, as the reference): sweep again.
@@ -357,7 +357,7 @@ class DisaggRuntime(ClusterControl):
                 not self._pending
                 and not _any(dirty_p)
                 and not _any(dirty_d)
-                and not (heap and (heap[0][0] == now or heap[0][1] == _TRANSFER or self._stale > 32))
+                and not (heap and (top_time(heap) == now or top_kind(heap) == _TRANSFER or self._stale > 32))
                 and not admission.has_ready(now)
             ):
                 return
@@ -431,8 +431,8 @@ class DisaggRuntime(ClusterControl):
         dirty = self._dirty
         deferred = self._deferred
         run_pass_ms = self._run_pass_ms
-        while heap and heap[0][0] == now and heap[0][1] == _PASS:
-            stage, idx = heappop(heap)[5]
+        while heap and top_time(heap) == now and top_kind(heap) == _PASS:
+            stage, idx = cast("tuple[int, int]", heappop(heap)[5])
             if stage == _D and run_pass_ms and run_pass_ms.pop(idx, None) is not None:
                 self._solo_next.pop(idx, None)  # a run that ran to its end: runs pay here
             completion = workers[stage][idx].finish_pass()
@@ -476,15 +476,17 @@ class DisaggRuntime(ClusterControl):
 
     def _drive_pool(self, stage: Stage) -> bool:
         changed = False
-        workers = self._workers[stage]
-        dirty = self._dirty[stage]
+        # the pool's index by an identity test: ``int(stage)`` is a generic call, and indexing
+        # the per-pool tuples with the enum member a generic subscript
+        st = _P if stage is _PREFILL else _D
+        workers = self._workers[st]
+        dirty = self._dirty[st]
         now = self.now_ms
         bulk = self._bulk
         # Completions due together that also started together pop in push order.  A bulk run
         # pushes its completion early, so every push carries its rank within the time step (the
         # _RANK_* phases) and a run the rank its last pass's push would have had: the first
         # round of its pool's phase in the first sweep, where a pass follows its predecessor.
-        st = int(stage)
         first = _RANK_P1 if st == _P else _RANK_D1
         rank = _RANK_LATE if self._pools_started else first
         solos = self._solo
