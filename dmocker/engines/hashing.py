@@ -204,7 +204,10 @@ def block_hashes_from_trace_batch(
     counts = np.array(counts_l, dtype=np.int64)
     ids: list[int] = []
     for h, k in zip(hash_ids, n_ids):
-        ids.extend(h[:k])
+        if k == len(h):
+            ids.extend(h)  # (the usual case: no slice, which is generic on a Sequence)
+        else:
+            ids.extend(h[:k])
     used = np.fromiter(ids, dtype=np.uint64, count=len(ids))
     # local hashes over whole trace blocks (every sub-block s of each used id), row after row;
     # a row whose blocks end inside a trace block has sub-blocks past its end: dropped

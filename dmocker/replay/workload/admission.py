@@ -18,7 +18,7 @@ import heapq
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Final, final
+from typing import Final, cast, final
 
 from .types import NO_NEXT, SessionStart, Turn, Workload, WorkloadError
 
@@ -36,6 +36,11 @@ class ReadyTurn:
     def __init__(self, turn: Turn, arrival_ms: float) -> None:
         self.turn = turn
         self.arrival_ms = arrival_ms
+
+
+def _first_time(ready: list[tuple[object, ...]]) -> float:
+    """The time of the earliest follow-up of a non-empty ready heap."""
+    return cast(float, ready[0][0])
 
 
 class AdmissionQueue:
@@ -80,7 +85,9 @@ class AdmissionQueue:
         self._preloaded: dict[int, Turn] = {}
         self._lookahead: SessionStart | None = self._next_start()
         # Follow-up turns: (ready_ms, seq, request_id)
-        self._ready: list[tuple[float, int, int]] = []
+        # follow-ups: (time, seq, id), a heap.  Typed as tuples of any length: compiled code then
+        # reads ``[0][0]`` in place, where a fixed-length tuple type unboxes all three fields.
+        self._ready: list[tuple[object, ...]] = []
         self._seq = 0
         self._next_of: dict[int, tuple[int, float]] = {}  # in-flight id -> (next id, delay)
         self._max_in_flight = max_in_flight
@@ -140,7 +147,7 @@ class AdmissionQueue:
         "now" when a slot is free (reported as the lookahead's own time, never in the past of
         the caller because the caller drains first).
         """
-        best = self._ready[0][0] if self._ready else None
+        best = _first_time(self._ready) if self._ready else None
         if self._lookahead is not None:
             if self._max_in_flight is None:
                 t = self._lookahead.arrival_ms
@@ -149,7 +156,7 @@ class AdmissionQueue:
 
     def has_ready(self, now_ms: float) -> bool:
         """Whether :meth:`drain_ready` would release anything at ``now_ms`` (cheap check)."""
-        if self._ready and self._ready[0][0] <= now_ms:
+        if self._ready and _first_time(self._ready) <= now_ms:
             return True
         la = self._lookahead
         if la is None:
@@ -167,22 +174,22 @@ class AdmissionQueue:
                 la = self._lookahead
                 ready = self._ready
                 take_first = la is not None and la.arrival_ms <= now_ms
-                take_follow = bool(ready) and ready[0][0] <= now_ms
+                take_follow = bool(ready) and _first_time(ready) <= now_ms
                 if not take_first and not take_follow:
                     break
-                if take_first and (not take_follow or la.arrival_ms <= ready[0][0]):  # type: ignore[union-attr]
+                if take_first and (not take_follow or la.arrival_ms <= _first_time(ready)):  # type: ignore[union-attr]
                     assert la is not None
                     self._lookahead = self._next_start()
                     out.append(self._release(la.request_id, la.arrival_ms))
                 else:
-                    _, _, rid = heapq.heappop(ready)
+                    rid = cast(int, heapq.heappop(ready)[2])
                     out.append(self._release(rid, now_ms))
             return out
         # Concurrency mode: follow-ups first (their sessions already hold slots), then new
         # sessions while slots are free.  Arrival is "now".
         ready = self._ready
-        while ready and ready[0][0] <= now_ms:
-            _, _, rid = heapq.heappop(ready)
+        while ready and _first_time(ready) <= now_ms:
+            rid = cast(int, heapq.heappop(ready)[2])
             out.append(self._release(rid, now_ms))
         while self._lookahead is not None and self._open_sessions < self._max_in_flight:
             la = self._lookahead
