@@ -10,7 +10,6 @@ Split from :mod:`dmocker.replay.collector`, which re-exports these names.
 
 from __future__ import annotations
 
-import array
 import math
 from dataclasses import dataclass
 
@@ -258,7 +257,7 @@ class GapSketches:
     Gaps are staged once and folded into both sketches in bulk.
     """
 
-    __slots__ = ("itl", "per_user", "_buf", "_fill", "_wbuf_a", "_wts_a", "_wbuf", "_wts", "_wfill")
+    __slots__ = ("itl", "per_user", "_buf", "_fill", "_wgaps", "_wweights")
 
     _BUFFER = 1 << 16
     _WBUFFER = 1 << 14
@@ -268,14 +267,12 @@ class GapSketches:
         self.per_user = LogSketch()
         self._buf = np.empty(self._BUFFER, dtype=np.float64)
         self._fill = 0
-        # weighted gaps (a batch sharing one gap), staged with their weights
-        # (stdlib arrays, so that add_same -- once a pass -- stores two scalars without numpy's
-        # scalar indexing; the numpy views of the same memory take runs and folds)
-        self._wbuf_a = array.array("d", bytes(8 * self._WBUFFER))
-        self._wts_a = array.array("q", bytes(8 * self._WBUFFER))
-        self._wbuf: F64 = np.frombuffer(self._wbuf_a, dtype=np.float64)
-        self._wts: npt.NDArray[np.int64] = np.frombuffer(self._wts_a, dtype=np.int64)
-        self._wfill = 0
+        # weighted gaps (a batch sharing one gap), staged with their weights, up to _WBUFFER of
+        # them, in lists: add_same runs once a pass, and a list append is a native operation
+        # compiled (a stdlib array's item assignment parses its argument generically, numpy's
+        # scalar indexing is slower still); the flush converts each list once
+        self._wgaps: list[float] = []
+        self._wweights: list[int] = []
 
     def _room(self, n: int) -> int:
         """Where ``n`` gaps go in the staging buffer (flushed first if they do not fit), or -1
@@ -317,10 +314,10 @@ class GapSketches:
         if self._fill:
             self._fold(self._buf[: self._fill])
             self._fill = 0
-        if self._wfill:
-            f = self._wfill
-            self._fold_weighted(self._wbuf[:f], self._wts[:f])
-            self._wfill = 0
+        if self._wgaps:
+            self._fold_weighted(np.array(self._wgaps, dtype=np.float64), np.array(self._wweights, dtype=np.int64))
+            self._wgaps = []
+            self._wweights = []
 
     def _fold_weighted(self, gaps: F64, weights: npt.NDArray[np.int64]) -> None:
         gaps = np.maximum(gaps, 0.0)
@@ -336,13 +333,12 @@ class GapSketches:
 
         Staged and folded in bulk; the sketches' sums are exact, so folding later changes
         nothing: the result is that of ``add_weighted`` on each sketch, one by one."""
-        f = self._wfill
-        if f == self._WBUFFER:
+        gaps = self._wgaps
+        if len(gaps) == self._WBUFFER:
             self.flush()
-            f = 0
-        self._wbuf_a[f] = gap
-        self._wts_a[f] = weight
-        self._wfill = f + 1
+            gaps = self._wgaps
+        gaps.append(gap)
+        self._wweights.append(weight)
 
     def add_run(self, times: F64, weight: int) -> None:
         """:meth:`add_same` of each gap between consecutive ``times`` (the passes of a bulk
@@ -350,16 +346,13 @@ class GapSketches:
         n = len(times) - 1
         if n <= 0:
             return
-        f = self._wfill
-        if f + n > self._WBUFFER:
+        if len(self._wgaps) + n > self._WBUFFER:
             self.flush()
-            f = 0
             if n > self._WBUFFER:
                 self._fold_weighted(times[1:] - times[:-1], np.full(n, weight, dtype=np.int64))
                 return
-        np.subtract(times[1:], times[:-1], out=self._wbuf[f:f + n])
-        self._wts[f:f + n] = weight
-        self._wfill = f + n
+        self._wgaps.extend((times[1:] - times[:-1]).tolist())
+        self._wweights.extend([weight] * n)
 
     def _fold(self, gaps: F64) -> None:
         gaps = gaps[~np.isnan(gaps)]
