@@ -34,7 +34,7 @@ import numpy.typing as npt
 
 from dmocker.engines.handoff_base import HandoffWorkerBase
 from dmocker.engines.common import BatchIds, BatchTracker, blocks_freed, cut_completion, cut_point
-from dmocker.engines.interface import Admission, BatchDelta, PassCompletion, PassPlan, empty_ids
+from dmocker.engines.interface import Admission, BatchDelta, PassCompletion, PassPlan
 from dmocker.engines.sglang_request import SglRequest, SglStatus
 from dmocker.engines.timing import PassTiming
 

@@ -35,7 +35,7 @@ import numpy.typing as npt
 
 from dmocker.engines.common import BatchIds, BatchTracker, blocks_freed, ceil_div, cut_completion, cut_point
 from dmocker.engines.handoff_base import HandoffWorkerBase
-from dmocker.engines.interface import Admission, BatchDelta, PassCompletion, PassPlan, empty_ids, ids_array
+from dmocker.engines.interface import Admission, BatchDelta, PassCompletion, PassPlan
 from dmocker.engines.timing import PassTiming
 from dmocker.engines.vllm_request import Demand, VllmRequest, VllmStatus, blocks_through
 
