@@ -228,7 +228,7 @@ def block_hashes_from_trace_batch(
     s ^= _len_salt(total) - np.repeat(blk_start.astype(np.uint64) * _K2, counts)
     hashed = _mix(s)
     hashed &= _HASH_MASK
-    out = hashed.tolist()
+    out: list[int] = hashed.tolist()  # (typed: a native slice per row below)
     result: list[tuple[int, ...]] = []
     pos = 0
     for c_ in counts_l:

@@ -72,7 +72,9 @@ class CoordinatorIO(ActionExecution):
             coord = HandoffCoordinator(rid, self._order, fallback_transfer_delay_ms=self._fallback, spec=self._spec)
         else:
             coord = make(rid, self._order, fallback_transfer_delay_ms=self._fallback, spec=self._spec)
-        req = _Req(turn, item.arrival_ms, coord, request)
+        # (the class by its name: a native constructor call; through the ``_Req`` alias, a
+        # module global, it is a generic call)
+        req = RequestState(turn, item.arrival_ms, coord, request)
         if self._order is _DEST_FIRST:
             req.phase = _AWAITING_DESTINATION
         self.collector.on_arrival(rid, item.arrival_ms, turn.input_length)
