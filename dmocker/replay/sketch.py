@@ -257,7 +257,7 @@ class GapSketches:
     Gaps are staged once and folded into both sketches in bulk.
     """
 
-    __slots__ = ("itl", "per_user", "_buf", "_fill", "_wgaps", "_wweights")
+    __slots__ = ("itl", "per_user", "_buf", "_fill", "_sgaps", "_sweights", "_wbuf", "_wts", "_wfill")
 
     _BUFFER = 1 << 16
     _WBUFFER = 1 << 14
@@ -267,12 +267,17 @@ class GapSketches:
         self.per_user = LogSketch()
         self._buf = np.empty(self._BUFFER, dtype=np.float64)
         self._fill = 0
-        # weighted gaps (a batch sharing one gap), staged with their weights, up to _WBUFFER of
-        # them, in lists: add_same runs once a pass, and a list append is a native operation
+        # Weighted gaps (a batch sharing one gap), staged with their weights, _WBUFFER at most
+        # of each kind: add_same's (one a pass) in lists, where an append is a native operation
         # compiled (a stdlib array's item assignment parses its argument generically, numpy's
-        # scalar indexing is slower still); the flush converts each list once
-        self._wgaps: list[float] = []
-        self._wweights: list[int] = []
+        # scalar indexing is slower still), converted once per flush; add_run's (thousands at
+        # once) in numpy buffers, subtracted in place.  The sketches' aggregates (exact sums,
+        # counts, bucket counts, extremes) do not depend on the order samples are folded in.
+        self._sgaps: list[float] = []
+        self._sweights: list[int] = []
+        self._wbuf: F64 = np.empty(self._WBUFFER, dtype=np.float64)
+        self._wts: npt.NDArray[np.int64] = np.empty(self._WBUFFER, dtype=np.int64)
+        self._wfill = 0
 
     def _room(self, n: int) -> int:
         """Where ``n`` gaps go in the staging buffer (flushed first if they do not fit), or -1
@@ -314,10 +319,14 @@ class GapSketches:
         if self._fill:
             self._fold(self._buf[: self._fill])
             self._fill = 0
-        if self._wgaps:
-            self._fold_weighted(np.array(self._wgaps, dtype=np.float64), np.array(self._wweights, dtype=np.int64))
-            self._wgaps = []
-            self._wweights = []
+        if self._sgaps:
+            self._fold_weighted(np.array(self._sgaps, dtype=np.float64), np.array(self._sweights, dtype=np.int64))
+            self._sgaps = []
+            self._sweights = []
+        if self._wfill:
+            f = self._wfill
+            self._fold_weighted(self._wbuf[:f], self._wts[:f])
+            self._wfill = 0
 
     def _fold_weighted(self, gaps: F64, weights: npt.NDArray[np.int64]) -> None:
         gaps = np.maximum(gaps, 0.0)
@@ -333,12 +342,12 @@ class GapSketches:
 
         Staged and folded in bulk; the sketches' sums are exact, so folding later changes
         nothing: the result is that of ``add_weighted`` on each sketch, one by one."""
-        gaps = self._wgaps
+        gaps = self._sgaps
         if len(gaps) == self._WBUFFER:
             self.flush()
-            gaps = self._wgaps
+            gaps = self._sgaps
         gaps.append(gap)
-        self._wweights.append(weight)
+        self._sweights.append(weight)
 
     def add_run(self, times: F64, weight: int) -> None:
         """:meth:`add_same` of each gap between consecutive ``times`` (the passes of a bulk
@@ -346,13 +355,16 @@ class GapSketches:
         n = len(times) - 1
         if n <= 0:
             return
-        if len(self._wgaps) + n > self._WBUFFER:
+        f = self._wfill
+        if f + n > self._WBUFFER:
             self.flush()
+            f = 0
             if n > self._WBUFFER:
                 self._fold_weighted(times[1:] - times[:-1], np.full(n, weight, dtype=np.int64))
                 return
-        self._wgaps.extend((times[1:] - times[:-1]).tolist())
-        self._wweights.extend([weight] * n)
+        np.subtract(times[1:], times[:-1], out=self._wbuf[f:f + n])
+        self._wts[f:f + n] = weight
+        self._wfill = f + n
 
     def _fold(self, gaps: F64) -> None:
         gaps = gaps[~np.isnan(gaps)]
