@@ -79,8 +79,8 @@ class ActionExecution(RuntimeBase):
     def _defer(self, req: _Req, issued: IssuedAction, stage: Stage, idx: int) -> bool:
         by_worker = self._deferred[stage]
         queue = by_worker.get(idx)
-        if queue is None:  # (not setdefault: that builds a deque on every call)
-            queue = by_worker[idx] = deque()
+        if queue is None:  # (not setdefault: that builds a list on every call)
+            queue = by_worker[idx] = []
         queue.append((req, issued))
         req.queued += 1
         return False
@@ -95,7 +95,7 @@ class ActionExecution(RuntimeBase):
         if not req.queued:
             return
 
-        def keep(q: deque[_Queued]) -> None:
+        def keep(q: deque[_Queued] | list[_Queued]) -> None:
             kept = [item for item in q if item[0] is not req]
             q.clear()
             q.extend(kept)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import enum
 import heapq
 import math
-from heapq import heappush
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Final, Generic, TypeAlias, TypeVar, cast, final
@@ -38,6 +37,8 @@ __all__ = [
 ]
 
 P = TypeVar("P")
+
+_heappush: Final = heapq.heappush  # (a static compiled: no module-dict lookup per push)
 
 
 class EventKind(enum.IntEnum):
@@ -112,7 +113,7 @@ class EventQueue(Generic[P]):
         point in that time step where the per-pass simulation would have pushed it."""
         if time_ms - time_ms != 0.0:  # (inf or nan: native float arithmetic, no call)
             raise ReplayInvariantError(f"event scheduled at non-finite time {time_ms!r}")
-        heappush(self._heap, (time_ms, kind, order_ms, rank, self._seq, payload))
+        _heappush(self._heap, (time_ms, kind, order_ms, rank, self._seq, payload))
         self._seq += 1
 
     def peek(self) -> _Peek | None:

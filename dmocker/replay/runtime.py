@@ -32,7 +32,7 @@ mypyc compiles only single inheritance into native classes (``setup.py``).
 
 from __future__ import annotations
 
-from heapq import heappop  # (a module-level name: no attribute lookup on heapq per call)
+import heapq
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -64,6 +64,7 @@ if TYPE_CHECKING:
     from .planner.loop import PlannerLoop
 _Req = RequestState
 _Queued = Queued
+_heappop: Final = heapq.heappop  # (a static compiled: no module-dict lookup per pop)
 
 __all__ = ["Phase", "Stage", "DisaggRuntime", "RuntimeResult", "CoordinatorFactory"]
 
@@ -222,6 +223,7 @@ class DisaggRuntime(ClusterControl):
         self._stale = 0
         self._stale_pruned = 0
         self._pending = deque()
+        self._pending_popleft = self._pending.popleft
         self._waiting = (deque(), deque())
         self._deferred = ({}, {})
         self._source_output_tokens = 0
@@ -432,7 +434,7 @@ class DisaggRuntime(ClusterControl):
         deferred = self._deferred
         run_pass_ms = self._run_pass_ms
         while heap and top_time(heap) == now and top_kind(heap) == _PASS:
-            stage, idx = cast("tuple[int, int]", heappop(heap)[5])
+            stage, idx = cast("tuple[int, int]", _heappop(heap)[5])
             if stage == _D and run_pass_ms and run_pass_ms.pop(idx, None) is not None:
                 self._solo_next.pop(idx, None)  # a run that ran to its end: runs pay here
             completion = workers[stage][idx].finish_pass()
@@ -464,7 +466,7 @@ class DisaggRuntime(ClusterControl):
     def _drive_actions(self) -> bool:
         changed = False
         pending = self._pending
-        popleft = pending.popleft
+        popleft = self._pending_popleft
         while pending:
             req, issued = popleft()
             req.queued -= 1

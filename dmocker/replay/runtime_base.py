@@ -85,8 +85,9 @@ class RuntimeBase:
     _stale: int
     _stale_pruned: int
     _pending: deque[Queued]
+    _pending_popleft: Callable[[], Queued]  # its bound popleft, made once (the deque is never replaced)
     _waiting: tuple[deque[Queued], ...]
-    _deferred: tuple[dict[int, deque[Queued]], ...]
+    _deferred: tuple[dict[int, list[Queued]], ...]  # (lists: a native append compiled)
     _source_output_tokens: int
     _dirty: tuple[list[bool], ...]
     _spec: ProtocolSpec
