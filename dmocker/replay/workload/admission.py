@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Final, cast, final
 
+from ..events import top_time
 from .types import NO_NEXT, SessionStart, Turn, Workload, WorkloadError
 
 __all__ = ["AdmissionQueue", "ReadyTurn"]
@@ -36,11 +37,6 @@ class ReadyTurn:
     def __init__(self, turn: Turn, arrival_ms: float) -> None:
         self.turn = turn
         self.arrival_ms = arrival_ms
-
-
-def _first_time(ready: list[tuple[object, ...]]) -> float:
-    """The time of the earliest follow-up of a non-empty ready heap."""
-    return cast(float, ready[0][0])
 
 
 class AdmissionQueue:
@@ -84,9 +80,9 @@ class AdmissionQueue:
         self._batch = max(1, batch)
         self._preloaded: dict[int, Turn] = {}
         self._lookahead: SessionStart | None = self._next_start()
-        # Follow-up turns: (ready_ms, seq, request_id)
-        # follow-ups: (time, seq, id), a heap.  Typed as tuples of any length: compiled code then
-        # reads ``[0][0]`` in place, where a fixed-length tuple type unboxes all three fields.
+        # Follow-up turns, a heap of (ready_ms, seq, request_id).  Typed as tuples of any length:
+        # compiled code then reads ``[0][0]`` in place (events.top_time), where a fixed-length
+        # tuple type unboxes all three fields.
         self._ready: list[tuple[object, ...]] = []
         self._seq = 0
         self._next_of: dict[int, tuple[int, float]] = {}  # in-flight id -> (next id, delay)
@@ -147,7 +143,7 @@ class AdmissionQueue:
         "now" when a slot is free (reported as the lookahead's own time, never in the past of
         the caller because the caller drains first).
         """
-        best = _first_time(self._ready) if self._ready else None
+        best = top_time(self._ready) if self._ready else None
         if self._lookahead is not None:
             if self._max_in_flight is None:
                 t = self._lookahead.arrival_ms
@@ -156,7 +152,7 @@ class AdmissionQueue:
 
     def has_ready(self, now_ms: float) -> bool:
         """Whether :meth:`drain_ready` would release anything at ``now_ms`` (cheap check)."""
-        if self._ready and _first_time(self._ready) <= now_ms:
+        if self._ready and top_time(self._ready) <= now_ms:
             return True
         la = self._lookahead
         if la is None:
@@ -174,10 +170,10 @@ class AdmissionQueue:
                 la = self._lookahead
                 ready = self._ready
                 take_first = la is not None and la.arrival_ms <= now_ms
-                take_follow = bool(ready) and _first_time(ready) <= now_ms
+                take_follow = bool(ready) and top_time(ready) <= now_ms
                 if not take_first and not take_follow:
                     break
-                if take_first and (not take_follow or la.arrival_ms <= _first_time(ready)):  # type: ignore[union-attr]
+                if take_first and (not take_follow or la.arrival_ms <= top_time(ready)):  # type: ignore[union-attr]
                     assert la is not None
                     self._lookahead = self._next_start()
                     out.append(self._release(la.request_id, la.arrival_ms))
@@ -188,7 +184,7 @@ class AdmissionQueue:
         # Concurrency mode: follow-ups first (their sessions already hold slots), then new
         # sessions while slots are free.  Arrival is "now".
         ready = self._ready
-        while ready and _first_time(ready) <= now_ms:
+        while ready and top_time(ready) <= now_ms:
             rid = cast(int, heapq.heappop(ready)[2])
             out.append(self._release(rid, now_ms))
         while self._lookahead is not None and self._open_sessions < self._max_in_flight:
