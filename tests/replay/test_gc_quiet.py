@@ -95,3 +95,28 @@ def test_a_replay_leaves_the_process_settings_as_they_were() -> None:
     assert report.summary["completed_requests"] == 30
     assert gc.get_threshold() == (700, 10, 10)
     assert gc.get_freeze_count() == 0
+
+
+_IMPORT_PROBE = """
+import gc, sys
+passes = []
+gc.callbacks.append(lambda phase, info: passes.append(info["generation"]) if phase == "start" else None)
+if sys.argv[1] == "off":
+    gc.disable()
+import dmocker.replay
+print(len(passes), gc.isenabled(), gc.get_freeze_count(), gc.get_count()[0] < 700)
+"""
+
+
+@pytest.mark.parametrize("collector", ["on", "off"])
+def test_importing_the_replay_runs_no_collection_and_leaves_the_setting(collector: str) -> None:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _IMPORT_PROBE, collector], capture_output=True, text=True,
+                         check=True).stdout.split()
+    # no pass over the import's objects (~60 without the pause; one may come from compiling a
+    # stale .pyc before the package runs), none owed right after it, the caller's setting kept,
+    # nothing left frozen
+    assert int(out[0]) <= 1
+    assert out[1:] == [str(collector == "on"), "0", "True"]
