@@ -100,7 +100,11 @@ class ActionExecution(RuntimeBase):
             q.clear()
             q.extend(kept)
 
-        keep(self._pending)
+        pending = self._pending
+        if self._pending_head:  # inside _drive_actions: drop what it has taken already
+            del pending[:self._pending_head]
+            self._pending_head = 0
+        keep(pending)
         for stage in (0, 1):
             self._held[stage].pop(req.rid, None)
             keep(self._waiting[stage])

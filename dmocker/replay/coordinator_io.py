@@ -8,7 +8,7 @@ its per-request record.  That boundary is one concern; when the runtime reaches 
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, cast
 
 from dmocker.handoff import (
     DestinationReserved,
@@ -131,7 +131,9 @@ class CoordinatorIO(ActionExecution):
 
     def _lifecycle(self, events: tuple[LifecycleEvent, ...]) -> None:
         for ev in events:
-            req = self._live.get(ev.handoff_id)  # type: ignore[call-overload]
+            # (the replay's handoff ids are its request ids; typed, ``req`` is a RequestState:
+            # the uncast lookup's Any made every attribute access below a generic one)
+            req = self._live.get(cast(int, ev.handoff_id))
             if req is None:
                 raise ReplayInvariantError(f"lifecycle event for unknown handoff {ev.handoff_id!r}")
             if isinstance(ev, SourceHeld):

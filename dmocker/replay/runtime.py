@@ -222,8 +222,8 @@ class DisaggRuntime(ClusterControl):
         self._in_flight = 0
         self._stale = 0
         self._stale_pruned = 0
-        self._pending = deque()
-        self._pending_popleft = self._pending.popleft
+        self._pending = []
+        self._pending_head = 0
         self._waiting = (deque(), deque())
         self._deferred = ({}, {})
         self._source_output_tokens = 0
@@ -465,15 +465,17 @@ class DisaggRuntime(ClusterControl):
 
     def _drive_actions(self) -> bool:
         changed = False
-        pending = self._pending
-        popleft = self._pending_popleft
-        while pending:
-            req, issued = popleft()
+        pending = self._pending  # (never replaced: filtered in place by _remove_actions)
+        while self._pending_head < len(pending):
+            req, issued = pending[self._pending_head]
+            self._pending_head += 1
             req.queued -= 1
             if req.phase is _DONE:  # pragma: no cover - removed on retirement
                 continue
             if self._execute(req, issued):  # False: parked or deferred
                 changed = True
+        pending.clear()
+        self._pending_head = 0
         return changed
 
     def _drive_pool(self, stage: Stage) -> bool:

@@ -84,8 +84,10 @@ class RuntimeBase:
     _in_flight: int
     _stale: int
     _stale_pruned: int
-    _pending: deque[Queued]
-    _pending_popleft: Callable[[], Queued]  # its bound popleft, made once (the deque is never replaced)
+    # Actions to execute, first in first out: a list read from ``_pending_head`` on (compiled, a
+    # list's append and item are native operations, a deque's append and popleft generic calls)
+    _pending: list[Queued]
+    _pending_head: int
     _waiting: tuple[deque[Queued], ...]
     _deferred: tuple[dict[int, list[Queued]], ...]  # (lists: a native append compiled)
     _source_output_tokens: int

@@ -15,12 +15,12 @@ mode are swappable and testable without engines.
 from __future__ import annotations
 
 import heapq
-from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Final, cast, final
 
 from ..events import top_time
+from .mooncake import MooncakeTrace
 from .types import NO_NEXT, SessionStart, Turn, Workload, WorkloadError
 
 __all__ = ["AdmissionQueue", "ReadyTurn"]
@@ -54,6 +54,8 @@ class AdmissionQueue:
         "_released",
         "_outstanding",
         "_buffer",
+        "_buffer_at",
+        "_trace",
         "_prefetch",
         "_batch",
         "_preloaded",
@@ -75,7 +77,13 @@ class AdmissionQueue:
             raise WorkloadError(f"must be a positive integer, got {max_in_flight!r}", field="max_in_flight")
         self._workload = workload
         self._starts: Iterator[SessionStart] = workload.session_starts()
-        self._buffer: deque[SessionStart] = deque()
+        # Pulled session starts, read from ``_buffer_at`` on (a list: compiled, its item is a
+        # native read where a deque's popleft is a generic call)
+        self._buffer: list[SessionStart] = []
+        self._buffer_at = 0
+        # The workload as a trace when it is one: its ``load`` is then a native call (through
+        # the Workload protocol, a generic one), once per request
+        self._trace: MooncakeTrace | None = workload if isinstance(workload, MooncakeTrace) else None
         self._prefetch = prefetch
         self._batch = max(1, batch)
         self._preloaded: dict[int, Turn] = {}
@@ -92,7 +100,8 @@ class AdmissionQueue:
         self._outstanding = 0  # released turns whose terminal has not been reported
 
     def _next_start(self) -> SessionStart | None:
-        if not self._buffer:
+        at = self._buffer_at
+        if at == len(self._buffer):
             chunk: list[SessionStart] = []
             for start in self._starts:
                 chunk.append(start)
@@ -101,12 +110,20 @@ class AdmissionQueue:
             if not chunk:
                 return None
             if self._prefetch is not None:
-                turns = [self._workload.load(st.request_id) for st in chunk]
+                turns = self._load_all(chunk)
                 for turn in turns:
                     self._preloaded[turn.request_id] = turn
                 self._prefetch(turns)
-            self._buffer.extend(chunk)
-        return self._buffer.popleft()
+            self._buffer = chunk
+            at = 0
+        self._buffer_at = at + 1
+        return self._buffer[at]
+
+    def _load_all(self, starts: list[SessionStart]) -> list[Turn]:
+        trace = self._trace
+        if trace is not None:
+            return [trace.load(st.request_id) for st in starts]
+        return [self._workload.load(st.request_id) for st in starts]
 
     def set_prefetch(self, prefetch: Callable[[list[Turn]], None] | None) -> None:
         """Install the prefetch hook (see ``__init__``).  The first batch, pulled when the queue
@@ -115,9 +132,9 @@ class AdmissionQueue:
         self._prefetch = prefetch
         if prefetch is None:
             return
-        pulled = ([self._lookahead] if self._lookahead is not None else []) + list(self._buffer)
+        pulled = ([self._lookahead] if self._lookahead is not None else []) + self._buffer[self._buffer_at:]
         preloaded = self._preloaded
-        turns = [self._workload.load(st.request_id) for st in pulled if st.request_id not in preloaded]
+        turns = self._load_all([st for st in pulled if st.request_id not in preloaded])
         for turn in turns:
             self._preloaded[turn.request_id] = turn
         if turns:
