@@ -13,6 +13,7 @@ never O(cached blocks).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 from dmocker.engines.interface import KvEvent, KvStored
 
@@ -56,12 +57,14 @@ class KvIndex:
         out: dict[int, int] = {}
         if not block_hashes:
             return out
-        first = block_hashes[0]
+        # read as objects (a cast): compiled, ``int`` items are boxed again per set lookup
+        objs = cast("Sequence[object]", block_hashes)
+        first = objs[0]
         for worker, held in self._held.items():
             if first not in held:
                 continue
             n = 0
-            for h in block_hashes:  # a plain loop beats takewhile(held.__contains__) here
+            for h in objs:  # a plain loop beats takewhile(held.__contains__) here
                 if h not in held:
                     break
                 n += 1

@@ -37,6 +37,7 @@ import math
 import random
 from collections import deque
 from collections.abc import Sequence
+from typing import cast
 
 from dmocker.engines.interface import EngineRequest, KvEvent
 
@@ -180,7 +181,9 @@ class KvRouter(BaseRouter):
         workers = self.workers
         if not workers:
             return self._admit(request, {})  # raises the plain path's error
-        hashes = request.block_hashes
+        # The prompt's hashes as the int objects the tuple holds (a cast, no copy): compiled, an
+        # item read as ``int`` is a C integer, boxed again for every set lookup below.
+        hashes = cast("tuple[object, ...]", request.block_hashes)
         holdings = self._holdings
         first = hashes[0] if hashes else None
         bs = self._bs
