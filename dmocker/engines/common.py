@@ -144,8 +144,11 @@ class BatchIds:
         self._numpy = None
 
     def remove(self, rid: int) -> None:
-        i = self._list.index(rid)
-        del self._list[i]
+        self.remove_at(self._list.index(rid))
+
+    def remove_at(self, i: int) -> None:
+        """Drop the id at position ``i`` (a caller that knows it skips the search)."""
+        self._list.pop(i)
         del self._array[i]
         self._numpy = None
 

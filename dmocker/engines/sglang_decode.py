@@ -43,6 +43,16 @@ __all__ = ["SglDecodePath"]
 I64 = npt.NDArray[np.int64]
 
 
+def _position(items: list[SglRequest], item: SglRequest) -> int:
+    """Where ``item`` is in ``items``, by identity (it is there)."""
+    i = 0
+    for x in items:
+        if x is item:
+            return i
+        i += 1
+    raise ValueError("not in the batch")
+
+
 def _lazy_ok(r: SglRequest) -> bool:
     """Whether ``r`` can decode on the event-driven path: all its prompt pages published, its KV
     complete, and at least one token left to generate."""
@@ -219,8 +229,14 @@ class SglDecodePath(HandoffWorkerBase[SglRequest]):
         """Running requests that yielded their last token in the pass just counted: write
         their state back, drop them from the batch, complete them (in batch order)."""
         run = self._running
-        if len(done) > 1:
-            done.sort(key=run.index)
+        # Positions found by identity, once: ``list.remove`` / ``index`` compare every request
+        # passed with ``==`` (a generic rich comparison each), and the ids list by value.
+        if len(done) == 1:
+            places = [_position(run, done[0])]
+        else:
+            located = sorted([(_position(run, r), r) for r in done])  # batch order
+            done = [r for _, r in located]
+            places = [p for p, _ in located]
         k = self._k
         page = self._page
         grow = self._grow
@@ -231,12 +247,14 @@ class SglDecodePath(HandoffWorkerBase[SglRequest]):
             r.seq = seq
             at = r.npages * page - r.off
             filed = grow[at]
-            filed.remove(r)
+            filed.pop(_position(filed, r))
             if not filed:
                 del grow[at]
             self._sum_off -= r.off
-            run.remove(r)
-            self._rids.remove(r.rid)
+        rids = self._rids
+        for p in reversed(places):  # last first: the earlier positions stay valid
+            run.pop(p)
+            rids.remove_at(p)
         for r in done:
             finished.append(r.rid)
             self._complete(r)
