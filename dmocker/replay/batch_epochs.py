@@ -22,6 +22,7 @@ decides whether joiners join that sample or every gap goes in one by one
 from __future__ import annotations
 
 import array
+from typing import SupportsIndex, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -32,6 +33,11 @@ from .sketch import GapSketches
 
 __all__ = ["BatchEpochs"]
 
+# Request ids are keys and indexes here as the int objects the callers hold (``object``; an
+# array index through a ``SupportsIndex`` cast).  Compiled, an ``int`` read from a list or a dict
+# is a C integer, and every dict lookup or array index with it boxes it again: a new int object
+# per use (ids above 256).
+
 
 class _Epoch:
     """One worker's batch: members -> the pass count when their array values were current."""
@@ -41,7 +47,7 @@ class _Epoch:
     def __init__(self, last_t: float) -> None:
         self.passes = 0
         self.last_t = last_t
-        self.mark: dict[int, int] = {}
+        self.mark: dict[object, int] = {}
 
 
 class BatchEpochs:
@@ -54,7 +60,7 @@ class BatchEpochs:
         self._last_a = last_a
         self._gaps = gaps
         self._epochs: dict[int, _Epoch] = {}  # source -> its open epoch
-        self._member: dict[int, _Epoch] = {}  # request -> the epoch it is a member of
+        self._member: dict[object, _Epoch] = {}  # request -> the epoch it is a member of
         self.applied = 0  # passes applied here (tests, telemetry)
 
     def active(self) -> bool:
@@ -62,16 +68,16 @@ class BatchEpochs:
 
     # --- readers -------------------------------------------------------------------------------
 
-    def tokens_of(self, rid: int) -> int:
+    def tokens_of(self, rid: object) -> int:
         ep = self._member.get(rid)
         if ep is None:
-            return self._tokens_a[rid]
-        return self._tokens_a[rid] + ep.passes - ep.mark[rid]
+            return self._tokens_a[cast(SupportsIndex, rid)]
+        return self._tokens_a[cast(SupportsIndex, rid)] + ep.passes - ep.mark[rid]
 
-    def last_of(self, rid: int) -> float:
+    def last_of(self, rid: object) -> float:
         ep = self._member.get(rid)
         if ep is None or ep.passes == ep.mark[rid]:
-            return self._last_a[rid]
+            return self._last_a[cast(SupportsIndex, rid)]
         return ep.last_t
 
     def settle_all(self) -> None:
@@ -82,15 +88,16 @@ class BatchEpochs:
             mark = ep.mark
             for rid, m in mark.items():
                 if m != p:
-                    tokens_a[rid] += p - m
-                    last_a[rid] = t
+                    at = cast(SupportsIndex, rid)
+                    tokens_a[at] += p - m
+                    last_a[at] = t
                     mark[rid] = p
 
     def settle(self, rids: list[int]) -> None:
         """Write back and release those of ``rids`` that are members (before a full pass reads
         them from the arrays)."""
         member = self._member
-        for rid in rids:
+        for rid in cast("list[object]", rids):
             if rid in member:
                 self._leave(rid)
 
@@ -145,16 +152,18 @@ class BatchEpochs:
 
     def _changed(self, ep: _Epoch, delta: BatchDelta, first: float, t0: float) -> None:
         member = self._member
-        for rid in delta.left:
+        left = cast("list[object]", delta.left)
+        joined = cast("list[object]", delta.joined)
+        for rid in left:
             if member.get(rid) is ep:
                 self._leave(rid)
         last_a = self._last_a
         c = len(ep.mark)  # continuing members: all last emitted at t0
         prev: list[float] = []
-        for rid in delta.joined:
+        for rid in joined:
             if rid in member:
                 self._leave(rid)
-            p = last_a[rid]
+            p = last_a[cast(SupportsIndex, rid)]
             if p == p:  # not NaN: the joiner has a previous token
                 prev.append(p)
         # The per-member rule: one weighted sample if every previous token time is the same,
@@ -173,14 +182,15 @@ class BatchEpochs:
                 self._gaps.add_split(first, t0, c, prev)
         mark = ep.mark
         p0 = ep.passes
-        for rid in delta.joined:
+        for rid in joined:
             mark[rid] = p0
             member[rid] = ep
 
-    def _leave(self, rid: int) -> None:
+    def _leave(self, rid: object) -> None:
         ep = self._member.pop(rid)
         m = ep.mark.pop(rid)
         d = ep.passes - m
         if d:
-            self._tokens_a[rid] += d
-            self._last_a[rid] = ep.last_t
+            at = cast(SupportsIndex, rid)
+            self._tokens_a[at] += d
+            self._last_a[at] = ep.last_t

@@ -25,7 +25,7 @@ import array
 import enum
 import math
 from collections.abc import Callable
-from typing import Final, SupportsInt
+from typing import Final, SupportsIndex, SupportsInt, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -161,14 +161,19 @@ class Collector:
         self._epochs = BatchEpochs(self._tokens_a, self._last_a, self.gaps)
         self._use_epochs = batch_epochs
 
+    # (Per-request updates box the id once, ``rid``, for all their array indexes and dict keys:
+    # compiled, an ``int`` is a C integer, boxed again, a new object above 256, at every use.)
+
     def on_arrival(self, request_id: int, arrival_ms: float, input_length: int) -> None:
-        self._arrival_a[request_id] = arrival_ms
-        self._input_a[request_id] = input_length
+        rid = cast(SupportsIndex, request_id)
+        self._arrival_a[rid] = arrival_ms
+        self._input_a[rid] = input_length
 
     def on_admit(self, request_id: int, reused_tokens: int) -> None:
-        self._admitted_a[request_id] = 1
-        if reused_tokens > self._reused_a[request_id]:
-            self._reused_a[request_id] = reused_tokens
+        rid = cast(SupportsIndex, request_id)
+        self._admitted_a[rid] = 1
+        if reused_tokens > self._reused_a[rid]:
+            self._reused_a[rid] = reused_tokens
 
     @property
     def tokens(self) -> npt.NDArray[np.int32]:
@@ -211,18 +216,19 @@ class Collector:
         decode batch entry is an admission).  A re-admission (after a preemption) of a request
         that already has its second token is not watched: its first and second token times
         stay those of the tokens it streamed first."""
-        tokens = self._epochs.tokens_of(request_id)
+        rid: object = request_id
+        tokens = self._epochs.tokens_of(rid)
         if tokens >= 2:
             return
-        at = self._young_at
-        old = at.get(request_id)
+        at = cast("dict[object, int]", self._young_at)
+        old = at.get(rid)
         if old is not None and old != source:
-            del self._young[old][request_id]
-        at[request_id] = source
+            del cast("dict[object, int]", self._young[old])[rid]
+        at[rid] = source
         by = self._young.get(source)
         if by is None:
             by = self._young[source] = {}
-        by[request_id] = tokens
+        cast("dict[object, int]", by)[rid] = tokens
 
     def on_tokens(
         self,
@@ -335,15 +341,21 @@ class Collector:
 
     def _young_tokens(self, young: dict[int, int], first: float, more: int, run_times: F64 | None) -> None:
         """First and second token times of one source's watched requests (after its pass or run
-        incremented their counts; a count that moved is that of an emitted request)."""
-        done: list[int] = []
+        incremented their counts; a count that moved is that of an emitted request).
+
+        The ids are read as the int objects the dict holds (``object`` keys, array indexes
+        through a ``SupportsIndex`` cast): compiled, an ``int`` key is a C integer, boxed again
+        for every lookup and index."""
+        done: list[object] = []
         epochs = self._epochs
         in_epochs = epochs.active()
         tokens_a = self._tokens_a
         first_a = self._first_a
         second_a = self._second_a
-        for rid, seen in young.items():
-            now = epochs.tokens_of(rid) if in_epochs else tokens_a[rid]
+        watched = cast("dict[object, int]", young)
+        for key, seen in watched.items():
+            rid = cast(SupportsIndex, key)
+            now = epochs.tokens_of(key) if in_epochs else tokens_a[rid]
             if now == seen:
                 continue
             if more:  # a run of 1 + more passes: the first at `first`, the second at run_times[1]
@@ -353,32 +365,33 @@ class Collector:
                     second_a[rid] = run_times.item(1)
                 else:
                     second_a[rid] = first
-                done.append(rid)
+                done.append(key)
             elif now == 1:
                 first_a[rid] = first
-                young[rid] = 1
+                watched[key] = 1
             else:
                 if seen == 0:  # two tokens since the last look cannot happen in one pass
                     first_a[rid] = first
                 second_a[rid] = first
-                done.append(rid)
+                done.append(key)
         if done:
-            at = self._young_at
-            for rid in done:
-                del young[rid]
-                del at[rid]
+            at = cast("dict[object, int]", self._young_at)
+            for key in done:
+                del watched[key]
+                del at[key]
 
     def on_terminal(self, request_id: int, status: TerminalStatus, t_ms: float) -> bool:
         """Record a terminal; the first one wins. Returns True if this one was recorded."""
+        rid = cast(SupportsIndex, request_id)
         if status is TerminalStatus.COMPLETED:
             # it finished in the pass just counted and emits no more: stop watching it
-            source = self._young_at.pop(request_id, None)
+            source = cast("dict[object, int]", self._young_at).pop(rid, None)
             if source is not None:
-                del self._young[source][request_id]
+                del cast("dict[object, int]", self._young[source])[rid]
         status_a = self._status_a
-        if status_a[request_id] != 0:  # INCOMPLETE
+        if status_a[rid] != 0:  # INCOMPLETE
             return False
-        status_a[request_id] = int(status)
+        status_a[rid] = int(status)
         if t_ms > self.max_terminal_ms:
             self.max_terminal_ms = t_ms
         return True
