@@ -192,7 +192,6 @@ class KvRouter(BaseRouter):
         nreq = self._requests
         floor = min([ptoks[w] for w in workers]) if self._decay > 0.0 else 0
         request_blocks = max(1, -(-isl // bs))
-        prefill_cost = self._prefill_cost
         rng = self._rng
         best = workers[0]
         best_ov = 0
@@ -206,7 +205,9 @@ class KvRouter(BaseRouter):
                     if h not in held:
                         break
                     ov += 1
-            cost = prefill_cost(ptoks[w], isl, ov, floor, request_blocks, nreq[w])
+            # (a method call on self is native; through a bound-method alias it is generic,
+            # its arguments boxed and its result unboxed)
+            cost = self._prefill_cost(ptoks[w], isl, ov, floor, request_blocks, nreq[w])
             if cost < best_cost:
                 best, best_ov, best_cost, ties = w, ov, cost, 1
             elif cost == best_cost:
@@ -230,8 +231,7 @@ class KvRouter(BaseRouter):
             return self._admit(request, {})  # raises the plain path's error
         blocks = self._blocks
         nreq = self._requests
-        decode_cost = self._decode_cost
-        best = workers[self._choose([decode_cost(blocks[w], nreq[w]) for w in workers])]
+        best = workers[self._choose([self._decode_cost(blocks[w], nreq[w]) for w in workers])]
         nblocks = request.input_length // self._bs
         blocks[best] += nblocks
         nreq[best] += 1
