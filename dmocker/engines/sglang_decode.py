@@ -28,6 +28,7 @@ counter advanced by many passes, so its start and its cut cost one step per requ
 from __future__ import annotations
 
 from collections import deque
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -198,7 +199,11 @@ class SglDecodePath(HandoffWorkerBase[SglRequest]):
         # (nobody is done before the step: requests with nothing to generate never enter the
         # lazy batch, and those that finish leave it)
         k = self._k
-        grow = self._grow.get(k)
+        # The pass index boxed once for its dict lookups (an ``int`` key is boxed at every use),
+        # and a lookup then a delete where ``dict.pop`` is a generic method call.
+        key: object = k
+        grows = cast("dict[object, list[SglRequest]]", self._grow)
+        grow = grows.get(key)
         need = len(grow) if grow is not None else 0
         pool = self.pool
         if pool.available < need:
@@ -207,21 +212,23 @@ class SglDecodePath(HandoffWorkerBase[SglRequest]):
         decode_ms = self._timing.decode_ms(n, min(self._sum_off + n * k, self._total_tokens))
         if grow is not None:
             pool.take(need)
-            del self._grow[k]
+            del grows[key]
             for r in grow:
                 r.npages += 1
-            at = k + self._page
-            later = self._grow.get(at)
+            at: object = k + self._page
+            later = grows.get(at)
             if later is None:
-                self._grow[at] = grow
+                grows[at] = grow
             else:
                 later.extend(grow)
         self._k = k + 1
         self.vectorized_passes += 1
         emitted = self._rids.to_numpy()
         delta = self._batch.handout(emitted)
-        done = self._fin.pop(k, None)
+        fins = cast("dict[object, list[SglRequest]]", self._fin)
+        done = fins.get(key)
         if done is not None:
+            del fins[key]
             self._retire(done, finished)
         return decode_ms, emitted, delta
 
