@@ -190,8 +190,9 @@ class AdmissionQueue:
                 take_follow = bool(ready) and top_time(ready) <= now_ms
                 if not take_first and not take_follow:
                     break
-                if take_first and (not take_follow or la.arrival_ms <= top_time(ready)):  # type: ignore[union-attr]
-                    assert la is not None
+                # (``la is not None`` again, for the type: unnarrowed, ``la.arrival_ms`` is Any
+                # and its comparison a generic one)
+                if take_first and la is not None and (not take_follow or la.arrival_ms <= top_time(ready)):
                     self._lookahead = self._next_start()
                     out.append(self._release(la.request_id, la.arrival_ms))
                 else:
