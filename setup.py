@@ -42,6 +42,7 @@ COMPILED = [
     "dmocker/replay/records.py",
     "dmocker/replay/request_state.py",
     "dmocker/replay/routing_hooks.py",
+    "dmocker/replay/pass_driver.py",
     "dmocker/replay/runtime.py",
     "dmocker/replay/routing/base.py",
     "dmocker/replay/routing/kv_index.py",
