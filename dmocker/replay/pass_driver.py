@@ -17,7 +17,7 @@ from dmocker.engines.interface import PassCompletion, PassPlan
 from .cluster_control import ClusterControl
 from .collector import TerminalStatus
 from .events import EventKind, ReplayInvariantError, top_kind, top_time
-from .request_state import Phase, Stage
+from .request_state import Phase, RequestState, Stage
 
 __all__ = ["PassDriver"]
 
@@ -48,6 +48,8 @@ _QUEUED_PREFILL: Final = Phase.QUEUED_PREFILL
 _RUNNING_PREFILL: Final = Phase.RUNNING_PREFILL
 _READY_DECODE: Final = Phase.READY_DECODE
 _RUNNING_DECODE: Final = Phase.RUNNING_DECODE
+_COMPLETED: Final = TerminalStatus.COMPLETED
+_REJECTED: Final = TerminalStatus.REJECTED
 
 
 def _any(flags: list[bool]) -> bool:
@@ -231,20 +233,23 @@ class PassDriver(ClusterControl):
                         f"decode admission of request {req.rid} in phase {req.phase.value}"
                     )
 
+    def _terminal(self, rid: int, status: TerminalStatus, now: float) -> RequestState | None:
+        """The live request ``rid`` (None: retired already), its terminal recorded if first."""
+        req = self._live.get(rid)
+        if req is not None and self.collector.on_terminal(rid, status, now):
+            req.terminal_ms = now
+        return req
+
     def _process_pass(self, stage: Stage, done: PassCompletion, idx: int) -> None:
-        live = self._live
         now = self.now_ms
         if stage is _PREFILL:
             self._source_output_tokens += len(done.emitted)
             if self._route_signals:
                 self._prefill_pass_routing(done, idx)
             for rid in done.rejected:
-                req = live.get(rid)
-                if req is None:
-                    continue
-                if self.collector.on_terminal(rid, TerminalStatus.REJECTED, now):
-                    req.terminal_ms = now
-                self._fact(req, Failed(rid))
+                req = self._terminal(rid, _REJECTED, now)
+                if req is not None:
+                    self._fact(req, Failed(rid))
             if done.lifecycle:
                 self._lifecycle(done.lifecycle)
             return
@@ -255,22 +260,18 @@ class PassDriver(ClusterControl):
                 self._lifecycle(done.lifecycle)
             return
         for rid in done.finished:
-            req = live.get(rid)
+            req = self._terminal(rid, _COMPLETED, now)
             if req is None:
                 continue
-            if self.collector.on_terminal(rid, TerminalStatus.COMPLETED, now):
-                req.terminal_ms = now
             if self._planner is not None:
                 self._planner.on_completed(rid, req.arrival_ms, req.turn.input_length, req.turn.output_length)
             self._free_route(_D, rid)
             req.routed &= 1
             self._finish_logical(req, remove_actions=False)
         for rid in done.rejected:
-            req = live.get(rid)
+            req = self._terminal(rid, _REJECTED, now)
             if req is None:
                 continue
-            if self.collector.on_terminal(rid, TerminalStatus.REJECTED, now):
-                req.terminal_ms = now
             self._free_route(_D, rid)
             self._finish_logical(req, remove_actions=False)
         if done.lifecycle:
