@@ -148,9 +148,11 @@ class Collector:
         self.reused: npt.NDArray[np.int32] = np.frombuffer(self._reused_a, dtype=np.int32)
         self.first_admitted: npt.NDArray[np.bool_] = np.frombuffer(self._admitted_a, dtype=np.bool_)
         self.gaps = GapSketches()
-        # source -> {young request: its token count when last looked at}; request -> source
-        self._young: dict[int, dict[int, int]] = {}
-        self._young_at: dict[int, int] = {}
+        # source -> {young request: its token count when last looked at}; request -> source.
+        # Request ids are keys as objects: the id objects in hand are used as they are (compiled,
+        # an ``int`` key is a C integer, boxed again at every lookup).
+        self._young: dict[int, dict[object, int]] = {}
+        self._young_at: dict[object, int] = {}
         # source -> (ids array of its last emission, time): see on_tokens
         self._prev: dict[int, tuple[npt.NDArray[np.int64], float]] = {}
         self.max_terminal_ms = 0.0
@@ -196,7 +198,7 @@ class Collector:
     def young(self) -> dict[int, int]:
         """Watched requests (admitted to decode, fewer than two tokens) -> token count when last
         looked at, in request-id order (tests, telemetry)."""
-        merged = {rid: seen for by in self._young.values() for rid, seen in by.items()}
+        merged = {cast(int, rid): seen for by in self._young.values() for rid, seen in by.items()}
         return dict(sorted(merged.items()))
 
     def output_of(self, request_id: int) -> tuple[int, float, float, float]:
@@ -220,15 +222,15 @@ class Collector:
         tokens = self._epochs.tokens_of(rid)
         if tokens >= 2:
             return
-        at = cast("dict[object, int]", self._young_at)
+        at = self._young_at
         old = at.get(rid)
         if old is not None and old != source:
-            del cast("dict[object, int]", self._young[old])[rid]
+            del self._young[old][rid]
         at[rid] = source
         by = self._young.get(source)
         if by is None:
             by = self._young[source] = {}
-        cast("dict[object, int]", by)[rid] = tokens
+        by[rid] = tokens
 
     def on_tokens(
         self,
@@ -339,21 +341,19 @@ class Collector:
         if young:
             self._young_tokens(young, first, more, run_times)
 
-    def _young_tokens(self, young: dict[int, int], first: float, more: int, run_times: F64 | None) -> None:
+    def _young_tokens(self, young: dict[object, int], first: float, more: int, run_times: F64 | None) -> None:
         """First and second token times of one source's watched requests (after its pass or run
         incremented their counts; a count that moved is that of an emitted request).
 
-        The ids are read as the int objects the dict holds (``object`` keys, array indexes
-        through a ``SupportsIndex`` cast): compiled, an ``int`` key is a C integer, boxed again
-        for every lookup and index."""
+        The ids are the int objects the dict holds, array indexes through a ``SupportsIndex``
+        cast (an ``int`` would be boxed again for every index)."""
         done: list[object] = []
         epochs = self._epochs
         in_epochs = epochs.active()
         tokens_a = self._tokens_a
         first_a = self._first_a
         second_a = self._second_a
-        watched = cast("dict[object, int]", young)
-        for key, seen in watched.items():
+        for key, seen in young.items():
             rid = cast(SupportsIndex, key)
             now = epochs.tokens_of(key) if in_epochs else tokens_a[rid]
             if now == seen:
@@ -368,16 +368,16 @@ class Collector:
                 done.append(key)
             elif now == 1:
                 first_a[rid] = first
-                watched[key] = 1
+                young[key] = 1
             else:
                 if seen == 0:  # two tokens since the last look cannot happen in one pass
                     first_a[rid] = first
                 second_a[rid] = first
                 done.append(key)
         if done:
-            at = cast("dict[object, int]", self._young_at)
+            at = self._young_at
             for key in done:
-                del watched[key]
+                del young[key]
                 del at[key]
 
     def on_terminal(self, request_id: int, status: TerminalStatus, t_ms: float) -> bool:
@@ -385,9 +385,9 @@ class Collector:
         rid = cast(SupportsIndex, request_id)
         if status is TerminalStatus.COMPLETED:
             # it finished in the pass just counted and emits no more: stop watching it
-            source = cast("dict[object, int]", self._young_at).pop(rid, None)
+            source = self._young_at.pop(rid, None)
             if source is not None:
-                del cast("dict[object, int]", self._young[source])[rid]
+                del self._young[source][rid]
         status_a = self._status_a
         if status_a[rid] != 0:  # INCOMPLETE
             return False
