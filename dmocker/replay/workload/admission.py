@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Final, cast, final
 
 from ..events import top_time
-from .mooncake import MooncakeTrace
 from .types import NO_NEXT, SessionStart, Turn, Workload, WorkloadError
 
 __all__ = ["AdmissionQueue", "ReadyTurn"]
@@ -55,7 +54,6 @@ class AdmissionQueue:
         "_outstanding",
         "_buffer",
         "_buffer_at",
-        "_trace",
         "_prefetch",
         "_batch",
         "_preloaded",
@@ -81,9 +79,6 @@ class AdmissionQueue:
         # native read where a deque's popleft is a generic call)
         self._buffer: list[SessionStart] = []
         self._buffer_at = 0
-        # The workload as a trace when it is one: its ``load`` is then a native call (through
-        # the Workload protocol, a generic one), once per request
-        self._trace: MooncakeTrace | None = workload if isinstance(workload, MooncakeTrace) else None
         self._prefetch = prefetch
         self._batch = max(1, batch)
         self._preloaded: dict[int, Turn] = {}
@@ -120,10 +115,8 @@ class AdmissionQueue:
         return self._buffer[at]
 
     def _load_all(self, starts: list[SessionStart]) -> list[Turn]:
-        trace = self._trace
-        if trace is not None:
-            return [trace.load(st.request_id) for st in starts]
-        return [self._workload.load(st.request_id) for st in starts]
+        workload = self._workload
+        return [workload.load(st.request_id) for st in starts]
 
     def set_prefetch(self, prefetch: Callable[[list[Turn]], None] | None) -> None:
         """Install the prefetch hook (see ``__init__``).  The first batch, pulled when the queue
