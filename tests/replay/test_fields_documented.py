@@ -1,4 +1,4 @@
-"""docs/replay.md documents every field a replay writes: summary, config, records, event log.
+"""docs/replay-fields.md documents every field a replay writes: summary, config, records, event log.
 
 The field lists come from real runs (both engines, a trace and a synthetic workload, with SLA
 bounds so that the goodput fields exist), so a field added to the code without a line in the
@@ -16,7 +16,7 @@ import pytest
 
 from dmocker.replay import run
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "replay.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "replay-fields.md"
 TRACE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "chat.jsonl"
 
 
@@ -68,7 +68,7 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str]]:
 def test_every_written_field_is_documented(written: dict[str, set[str]], kind: str) -> None:
     names = documented_names(DOC.read_text(encoding="utf-8"))
     missing = sorted(written[kind] - names)
-    assert missing == [], f"docs/replay.md does not document these {kind} fields: {missing}"
+    assert missing == [], f"docs/replay-fields.md does not document these {kind} fields: {missing}"
 
 
 def test_the_runs_write_the_fields_the_docs_promise(written: dict[str, set[str]]) -> None:
