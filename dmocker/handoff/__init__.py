@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from dmocker.handoff._coordinator import HandoffCoordinator
 from dmocker.handoff._eventlog import EventLogWriter
-from dmocker.handoff._registry import ACTION_CLASSES, FACT_CLASSES
+from dmocker.handoff._registry import ACTION_CLASSES, FACT_CLASSES, terminal_fact_classes
 from dmocker.handoff._spec import (
     OBSERVABLE_SIDES,
     Invariant,
@@ -37,6 +37,7 @@ from dmocker.handoff._types import (
     Completion,
     DestinationReserved,
     Fact,
+    TerminalFact,
     Failed,
     HandoffError,
     HandoffErrorKind,
@@ -94,6 +95,8 @@ def build_chart(spec: ProtocolSpec, order: HandoffOrder) -> type[HandoffChart]:
 __all__ = [
     "ACTION_CLASSES",
     "FACT_CLASSES",
+    "TerminalFact",
+    "terminal_fact_classes",
     "OBSERVABLE_SIDES",
     "Action",
     "ActivateDestination",

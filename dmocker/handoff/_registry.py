@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
-from typing import Final
+from typing import Final, get_args
 
 from dmocker.handoff._types import (
     Action,
@@ -28,6 +28,7 @@ from dmocker.handoff._types import (
     SourceHeld,
     StartTransfer,
     SubmitPrefill,
+    TerminalFact,
     TimedOut,
     TransferCompleted,
 )
@@ -67,4 +68,18 @@ def class_problems(actions: Sequence[str], facts: Sequence[str]) -> list[str]:
     return problems
 
 
-__all__ = ["ACTION_CLASSES", "FACT_CLASSES", "NAME_OF_CLASS", "class_problems"]
+def terminal_fact_classes(terminal_facts: Sequence[str]) -> tuple[type[TerminalFact], ...]:
+    """The classes of the spec's terminal facts (``ProtocolSpec.terminal_facts``), in its order.
+
+    ValueError when the spec calls terminal a fact that :data:`TerminalFact` does not list."""
+    known: tuple[type[TerminalFact], ...] = get_args(TerminalFact)
+    out: list[type[TerminalFact]] = []
+    for name in terminal_facts:
+        match = [cls for cls in known if cls.__name__ == name]
+        if not match:
+            raise ValueError(f"terminal fact {name!r} of the spec is not a TerminalFact of dmocker.handoff")
+        out.append(match[0])
+    return tuple(out)
+
+
+__all__ = ["ACTION_CLASSES", "FACT_CLASSES", "NAME_OF_CLASS", "class_problems", "terminal_fact_classes"]

@@ -212,6 +212,8 @@ class Canceled(_Value):
 
 
 Fact: TypeAlias = Union[SourceHeld, DestinationReserved, TransferCompleted, Failed, TimedOut, Canceled]
+#: The facts that end a handoff (the spec's ``terminal: true`` facts; the registry checks the two agree).
+TerminalFact: TypeAlias = Union[Failed, TimedOut, Canceled]
 
 # --- actions ---------------------------------------------------------------------------------
 

@@ -376,17 +376,20 @@ def run(
             prefill_router=routers[0],
             decode_router=routers[1],
         )
+        if planner_loop is not None:
+            planner_loop.attach(runtime.control)
         hooks.attach(runtime)
         if recorder is not None:
-            add_standard_gauges(recorder, lambda: runtime.in_flight, p_workers, d_workers)
+            table = runtime.table
+            add_standard_gauges(recorder, lambda: table.in_flight, p_workers, d_workers)
             if planner_loop is not None:
                 recorder.add_gauge("workers", planner_loop.worker_counts)
         result = hooks.run(runtime)
-        runtime.write_incomplete_records()
+        runtime.lifecycle.write_incomplete_records()
         summary = build_summary(collector, handoff_order=order.value, sla=sla)
         if router_spec.mode != "round_robin":
             summary["router_mode"] = router_spec.mode
-            summary.update(runtime.routing_summary())
+            summary.update(runtime.routing.summary())
         if recorder is not None:
             series = finish_timeseries(recorder, collector, result.now_ms)
     except BaseException:

@@ -53,9 +53,10 @@ class RunHooks:
 
     def attach(self, runtime: DisaggRuntime) -> None:
         if self.foreign is not None:
-            self.foreign.clock = lambda: runtime.now_ms
+            clock = runtime.clock
+            self.foreign.clock = lambda: clock.now_ms
         if self.driver is not None:
-            self.driver.attach(runtime)
+            self.driver.attach(runtime.control)
 
     def run(self, runtime: DisaggRuntime) -> RuntimeResult:
         """Run; with faults or a user's coordinator a dead end is an invariant break, not a crash."""
@@ -82,12 +83,12 @@ class RunHooks:
         finished = not capped and self.dead_end is None
         # Whenever a native event log is written it is validated against the spec (re-reading
         # it costs ~8% of such a run; a run without --events pays nothing).
-        eor = check_end_of_run(runtime, collector, summary, order=order, finished=finished, events_path=events_path)
+        eor = check_end_of_run(runtime.control, collector, summary, order=order, finished=finished, events_path=events_path)
         breaks = list(eor.breaks)
         leaked = eor.leaked_kv_blocks
         if self.dead_end is not None:
-            breaks = dead_end_breaks(runtime, self.dead_end.stuck) + breaks
-            leaked = leaked_blocks_at_dead_end(runtime)
+            breaks = dead_end_breaks(runtime.control, self.dead_end.stuck) + breaks
+            leaked = leaked_blocks_at_dead_end(runtime.control)
         self.breaks = tuple(breaks)
         d = self.driver
         summary["leaked_kv_blocks"] = leaked

@@ -8,7 +8,7 @@ completions before planner ticks), then by a push sequence number.  We keep exac
 with an integer sequence number as the only tie-break, so that nothing depends on object
 identity or hash order.
 
-The per-timestamp drain loop is the runtime's (``DisaggRuntime._drain``): at each timestamp it
+The per-timestamp drain loop is the runtime's (:mod:`dmocker.replay.runtime.loop`): at each timestamp it
 pops the due events rank by rank, then releases arrivals (not heap events: the admission queue
 reports its own next time), runs handoff actions and starts passes, and repeats until a whole
 sweep changes nothing (a fixed point).  Nothing here knows about requests or engines: payloads
@@ -50,7 +50,7 @@ class EventKind(enum.IntEnum):
     PASS_COMPLETION = 0
     WORKER_READY = 1
     TRANSFER_COMPLETE = 2
-    INJECTED_FACT = 3  # tests and harnesses: a Canceled / Failed / TimedOut fact at a time
+    TIMER = 3  # a callback at a time (fault injection, tests): its payload is the callback
     PLANNER_TICK = 4
 
 

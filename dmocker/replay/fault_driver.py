@@ -29,18 +29,19 @@ from dmocker.handoff import (
     Outcome,
     OutcomeKind,
     ProtocolSpec,
+    TerminalFact,
     TimedOut,
 )
 
 from .faults import CAUSE_OF_KIND, FaultCause, FaultKind, FaultPlan, Pool, WorkerCrash, crash_events, draw_request_faults
-from .runtime import CoordinatorFactory, DisaggRuntime
+from .runtime import ClusterControl, CoordinatorFactory
 
 __all__ = ["FaultDriver", "StepCountingCoordinator", "StepHook"]
 
 #: Called after each input a coordinator accepted: (request id, inputs so far, success-complete now).
 StepHook = Callable[[int, int, bool], None]
 
-_FACT_OF: dict[FaultKind, type[Canceled] | type[Failed] | type[TimedOut]] = {
+_FACT_OF: dict[FaultKind, type[TerminalFact]] = {
     FaultKind.CANCEL: Canceled,
     FaultKind.FAIL: Failed,
     FaultKind.TIMEOUT: TimedOut,
@@ -104,7 +105,7 @@ class FaultDriver:
         self.plan = plan
         self._args = (prefill_args, decode_args)
         self._inner = inner_factory
-        self._runtime: DisaggRuntime | None = None
+        self._runtime: ClusterControl | None = None
         self._due: dict[int, list[tuple[int, FaultKind]]] = {}
         self._draws = any(p > 0.0 for _, p in plan.rates)
         self._down: set[tuple[int, int]] = set()
@@ -139,13 +140,13 @@ class FaultDriver:
             reporting.set_step_hook(self._on_step)
         return coord
 
-    def attach(self, runtime: DisaggRuntime) -> None:
-        """Schedule the plan's exact faults and crashes on ``runtime`` (before it runs)."""
-        self._runtime = runtime
+    def attach(self, control: ClusterControl) -> None:
+        """Schedule the plan's exact faults and crashes through ``control`` (before the run)."""
+        self._runtime = control
         for f in self.plan.schedule:
-            runtime.at(f.t_ms, _bind_land(self, f.request_id, f.kind))
+            control.at(f.t_ms, _bind_land(self, f.request_id, f.kind))
         for t_ms, restart, crash in crash_events(self.plan):
-            runtime.at(t_ms, _bind_crash(self, crash, restart))
+            control.at(t_ms, _bind_crash(self, crash, restart))
 
     # --- per-request faults -------------------------------------------------------------------
 

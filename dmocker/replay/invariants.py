@@ -25,7 +25,7 @@ from dmocker.handoff import HandoffOrder
 from .collector import Collector, TerminalStatus
 from .faults import FaultCause
 from .report import JsonValue
-from .runtime import DisaggRuntime
+from .runtime import ClusterControl
 
 __all__ = ["InvariantBreak", "EndOfRun", "check_end_of_run", "failures_by_cause", "MAX_IDS"]
 
@@ -75,7 +75,7 @@ def _ids(ids: Sequence[int]) -> tuple[int, ...]:
 
 
 def check_end_of_run(
-    runtime: DisaggRuntime,
+    runtime: ClusterControl,
     collector: Collector,
     summary: dict[str, JsonValue],
     *,
@@ -152,7 +152,7 @@ def check_end_of_run(
     return EndOfRun(leaked_kv, tuple(breaks))
 
 
-def dead_end_breaks(runtime: DisaggRuntime, stuck: Sequence[str]) -> list[InvariantBreak]:
+def dead_end_breaks(runtime: ClusterControl, stuck: Sequence[str]) -> list[InvariantBreak]:
     """A dead end seen as invariants: the coordinators that never completed (or, if all did,
     the requests the engines never finished)."""
     live = runtime.live_requests()
@@ -167,7 +167,7 @@ def dead_end_breaks(runtime: DisaggRuntime, stuck: Sequence[str]) -> list[Invari
     return [InvariantBreak("no_dead_end", f"dead end: {len(live)} request(s) the engines never finish", _ids(live))]
 
 
-def _where(runtime: DisaggRuntime, ids: Sequence[int]) -> str:
+def _where(runtime: ClusterControl, ids: Sequence[int]) -> str:
     """Where the first stuck coordinators stopped: request, step (if counted) and protocol state."""
     parts = []
     for rid in sorted(ids)[:3]:
@@ -181,7 +181,7 @@ def _where(runtime: DisaggRuntime, ids: Sequence[int]) -> str:
     return "; ".join(parts) + more
 
 
-def leaked_blocks_at_dead_end(runtime: DisaggRuntime) -> int:
+def leaked_blocks_at_dead_end(runtime: ClusterControl) -> int:
     total = 0
     for stage in (0, 1):
         for w in runtime.workers(stage):

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 
 from dmocker.engines.interface import EngineRequest
 from dmocker.handoff import HandoffCoordinator, IssuedAction
@@ -57,6 +58,7 @@ class RequestState:
         "terminal_ms",
         "held_tokens",
         "routed",
+        "acquire_hook",
     )
 
     def __init__(self, turn: Turn, arrival_ms: float, coord: HandoffCoordinator, request: EngineRequest) -> None:
@@ -82,6 +84,8 @@ class RequestState:
         self.terminal_ms: float | None = None
         self.held_tokens: int | None = None
         self.routed = 0  # bit 1: the prefill router holds it, bit 2: the decode router does
+        # fault injection: asked before each acquiring command; True fails that command
+        self.acquire_hook: Callable[[], bool] | None = None
 
 
 Queued = tuple[RequestState, IssuedAction]

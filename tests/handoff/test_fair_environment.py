@@ -25,9 +25,9 @@ from dmocker.handoff import (
     TransferTimingMode,
     fair_environment,
     load_spec,
+    terminal_fact_classes,
 )
 from dmocker.handoff import HandoffOrder
-from dmocker.replay import cluster_control
 
 
 def test_fair_environment_of_the_bundled_spec() -> None:
@@ -62,9 +62,9 @@ def test_fair_environment_follows_the_spec() -> None:
 def test_terminal_facts_have_one_source() -> None:
     spec = load_spec()
     assert spec.terminal_facts == ("Failed", "TimedOut", "Canceled")
-    assert tuple(FACT_CLASSES[n] for n in spec.terminal_facts) == tuple(
-        cls for cls in cluster_control.INJECT_KINDS  # the replay's injectable facts
-    )
+    assert tuple(FACT_CLASSES[n] for n in spec.terminal_facts) == terminal_fact_classes(spec.terminal_facts)
+    with pytest.raises(ValueError, match="SourceHeld"):
+        terminal_fact_classes(["Failed", "SourceHeld"])
     assert Monitor.for_order(spec, HandoffOrder.SOURCE_FIRST).terminal_facts == spec.terminal_facts
     assert Monitor([]).terminal_facts == spec.terminal_facts
 

@@ -45,7 +45,7 @@ def run_to_end(
 ) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
     """Run ``rt`` to the end; its summary, per-request records and event-log lines (header skipped)."""
     rt.run()
-    rt.write_incomplete_records()
+    rt.lifecycle.write_incomplete_records()
     summary = build_summary(collector, handoff_order=order.value, sla=SlaThresholds())
     recs = [json.loads(line) for line in records.getvalue().splitlines()]
     evs = [json.loads(line) for line in events.getvalue().splitlines()[1:]]
@@ -98,7 +98,7 @@ def fake_run(
     for w in (*prefill, *decode):
         w.clock = lambda: rt.now_ms
     for t, rid, cls in inject:
-        rt.inject(t, rid, cls)
+        rt.control.inject(t, rid, cls)
     summary, recs, evs = run_to_end(rt, collector, order, records, events)
     return FakeRun(rt, prefill, decode, recs, evs, summary)
 

@@ -52,9 +52,9 @@ def _replay(params: dict[str, object], bulk: bool,
         bulk=bulk,
     )
     for t, rid, kind in params["inject"]:  # type: ignore[attr-defined]
-        rt.inject(t, rid, _KINDS[kind])
+        rt.control.inject(t, rid, _KINDS[kind])
     rt.run()
-    rt.write_incomplete_records()
+    rt.lifecycle.write_incomplete_records()
     summary = build_summary(collector, handoff_order=order_for_engine(backend.value).value,
                             sla=SlaThresholds(None, None, None))
     runs = tuple(sum(getattr(w, name) for w in decode) for name in ("bulk_runs", "bulk_joins", "bulk_tails"))

@@ -26,7 +26,7 @@ from dmocker.replay.fault_driver import FaultDriver
 from dmocker.replay.faults import FaultKind, FaultPlan, Pool, ScheduledFault, WorkerCrash, parse_worker_crash
 from dmocker.replay.invariants import check_end_of_run
 from dmocker.replay.report import SlaThresholds, build_summary
-from dmocker.replay.runtime import DisaggRuntime
+from dmocker.replay.runtime import ClusterControl, DisaggRuntime
 from dmocker.replay.workload import AdmissionQueue
 from dmocker.fuzz.scenario import Request, ScenarioWorkload
 
@@ -165,7 +165,7 @@ def _run_one(order: HandoffOrder, kind: FaultKind, step: int, crash: WorkerCrash
     land = driver.land
 
     def spy(rid: int, k: FaultKind) -> None:
-        c = rt.coordinator_of(rid)
+        c = rt.control.coordinator_of(rid)
         landed.append(_phase(order, c.state_label()) if c is not None else None)
         land(rid, k)
 
@@ -177,10 +177,10 @@ def _run_one(order: HandoffOrder, kind: FaultKind, step: int, crash: WorkerCrash
         prefill_workers=[make_worker(pargs, 0)], decode_workers=[make_worker(dargs, 0)],
         order=order, collector=collector, events=events, coordinator_factory=factory,
     )
-    driver.attach(rt)
+    driver.attach(rt.control)
     rt.run()
     summary = build_summary(collector, handoff_order=order.value, sla=SlaThresholds())
-    eor = check_end_of_run(rt, collector, summary, order=order, finished=True)
+    eor = check_end_of_run(rt.control, collector, summary, order=order, finished=True)
     v = Validator(order)
     check_native(events.getvalue().splitlines(keepends=True), v, keep_going=True)
     verdict = "ok" if eor.ok and v.result().exit_code == 0 else f"{eor.breaks} / log {v.result().exit_code}"
@@ -265,7 +265,7 @@ def test_a_leak_planted_in_an_engine_is_caught() -> None:
 
     real = end_of_run.check_end_of_run
 
-    def leaky_check(rt: DisaggRuntime, *a: object, **kw: object):  # type: ignore[no-untyped-def]
+    def leaky_check(rt: ClusterControl, *a: object, **kw: object):  # type: ignore[no-untyped-def]
         rt.workers(1)[0].pool.take(3)  # type: ignore[attr-defined]
         return real(rt, *a, **kw)  # type: ignore[arg-type]
 

@@ -36,7 +36,7 @@ def test_everything_completes_and_every_handoff_ends_done(order: HandoffOrder) -
     assert run.summary["incomplete_requests"] == 0
     assert len(run.records) == 6
     assert all(r["terminal_status"] == "completed" for r in run.records)
-    assert not run.runtime._live  # every request retired (phase Done)
+    assert not run.runtime.table.live  # every request retired (phase Done)
     assert run.summary["handoff_order"] == order.value
 
 
@@ -48,7 +48,7 @@ def test_report_is_decode_only() -> None:
     assert rec["output_length"] == 3
     assert run.summary["total_output_tokens"] == 3
     assert rec["ttft_ms"] == pytest.approx(15.0)
-    assert run.runtime.source_output_tokens == 1
+    assert run.runtime.effects.source_output_tokens == 1
 
 
 def test_pools_are_separate() -> None:
@@ -131,7 +131,7 @@ def test_decode_terminal_before_deferred_release_keeps_the_handoff_until_cleanup
     for r in late:
         assert r["terminal_status"] == "completed"
     assert run.summary["completed_requests"] == 4
-    assert not run.runtime._live
+    assert not run.runtime.table.live
 
 
 def test_rejected_prefill_stays_rejected_with_no_tokens() -> None:
@@ -150,7 +150,7 @@ def test_impossible_destination_unwinds_to_failed_without_stalling() -> None:
     run = fake_run(_wl(2, isl=600), capacity=500)
     assert run.summary["failed_requests"] == 2
     assert all(r["terminal_status"] == "failed" for r in run.records)
-    assert not run.runtime._live
+    assert not run.runtime.table.live
 
 
 def test_cancel_during_transfer_ignores_the_stale_completion() -> None:
@@ -162,7 +162,7 @@ def test_cancel_during_transfer_ignores_the_stale_completion() -> None:
     kinds = [e["event"] for e in run.events]
     assert "transfer_completed" not in kinds
     assert kinds[-1] == "completed" and run.events[-1]["detail"] == "canceled"
-    assert run.runtime._stale_pruned == 1
+    assert run.runtime.stale_pruned == 1
     assert run.runtime.now_ms < 610.0  # the stale completion did not advance the clock
 
 

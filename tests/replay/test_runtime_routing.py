@@ -81,7 +81,7 @@ def _runtime_with_kv(n_prefill: int, cancel: list[tuple[float, int]], config: Ro
         decode_router=dr,
     )
     for t, rid in cancel:
-        rt.inject(t, rid, Canceled)
+        rt.control.inject(t, rid, Canceled)
     return rt, pr, dr, collector
 
 

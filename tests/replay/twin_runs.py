@@ -4,7 +4,7 @@
 small workloads and writes each one's summary, per-request records and event log to
 ``OUT_DIR``.  With ``--pure`` it first drops the editable-install finder and puts a copy of the
 package's ``.py`` files first on ``sys.path``, so every module is interpreted; it prints which
-file ``dmocker.replay.runtime`` came from, so the caller can check what actually ran.
+file ``dmocker.replay.runtime.loop`` came from, so the caller can check what actually ran.
 """
 
 from __future__ import annotations
@@ -49,12 +49,12 @@ def main(argv: list[str]) -> None:
         sys.meta_path[:] = [f for f in sys.meta_path if "__editable__" not in getattr(f, "__module__", "")
                             and "__editable__" not in getattr(f, "__name__", "")]
         sys.path.insert(0, argv[2])
-    import dmocker.replay.runtime
+    import dmocker.replay.runtime.loop
     from dmocker.replay import run
     from dmocker.replay.events import DeadEndError
     from dmocker.replay.faults import FaultPlan
 
-    print(dmocker.replay.runtime.__file__)
+    print(dmocker.replay.runtime.loop.__file__)
     out.mkdir(parents=True, exist_ok=True)
     for i, kw in enumerate(_cases()):
         args = dict(kw)

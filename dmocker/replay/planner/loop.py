@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from dmocker.engines.interface import EngineWorker, PassPlan
 
 from ..events import EventKind
+from ..request_state import Stage
 from ..report import JsonValue
 from .pools import PoolLifecycle
 from .protocol import (
@@ -36,7 +37,7 @@ from .protocol import (
 )
 
 if TYPE_CHECKING:
-    from ..runtime import DisaggRuntime, Stage
+    from ..runtime.control import ClusterControl
 
 __all__ = ["PlannerLoop", "WorkerFactory", "check_initial_tick"]
 
@@ -135,7 +136,7 @@ class PlannerLoop:
         self._make_worker = make_worker
         self._startup_ms = startup_time_s * 1000.0
         self.pools = (PoolLifecycle(initial_workers[0]), PoolLifecycle(initial_workers[1]))
-        self._rt: DisaggRuntime | None = None
+        self._rt: ClusterControl | None = None
         self._traffic = _Traffic()
         # Latest pass plan per worker (stored as is: one dict write per pass, no allocation).
         self._last_pass: tuple[dict[int, PassPlan], dict[int, PassPlan]] = ({}, {})
@@ -151,10 +152,10 @@ class PlannerLoop:
 
     # ------------------------------------------------------------------ runtime side
 
-    def attach(self, runtime: DisaggRuntime) -> None:
-        self._rt = runtime
+    def attach(self, control: ClusterControl) -> None:
+        self._rt = control
 
-    def _runtime(self) -> DisaggRuntime:
+    def _runtime(self) -> ClusterControl:
         if self._rt is None:
             raise RuntimeError("planner loop used before attach()")
         return self._rt
@@ -184,7 +185,7 @@ class PlannerLoop:
         changed = self._remove_drained(now_ms) if self.draining else False
         rt = self._runtime()
         while rt.pop_idle_event(now_ms, EventKind.PLANNER_TICK) is not None:
-            if rt.workload_done():
+            if rt.is_done():
                 continue  # the reference drops it without asking the planner, and stops
             self._tick(now_ms)
             changed = True
@@ -252,7 +253,7 @@ class PlannerLoop:
         for stage_i, target in enumerate(targets):
             if target is not None:
                 self._scale(stage_i, target, now_ms)
-        rearmed = nxt is not None and nxt > now_ms and not rt.workload_done()
+        rearmed = nxt is not None and nxt > now_ms and not rt.is_done()
         if rearmed:
             assert nxt is not None
             rt.push_idle_event(float(nxt), EventKind.PLANNER_TICK, (0, 0))
@@ -377,8 +378,6 @@ class PlannerLoop:
 
 
 def _stage(stage_i: int) -> Stage:
-    from ..runtime import Stage
-
     return Stage(stage_i)
 
 

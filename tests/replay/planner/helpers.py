@@ -115,10 +115,11 @@ def planner_run(
         prefill_workers=list(prefill), decode_workers=list(decode),  # type: ignore[arg-type]
         order=order, collector=collector, records=records, events=events, planner=loop,
     )
+    loop.attach(rt.control)
     clock.append(rt)
     for w in (*prefill, *decode):
         w.clock = lambda: rt.now_ms
     for t, rid, cls in inject:
-        rt.inject(t, rid, cls)
+        rt.control.inject(t, rid, cls)
     summary, recs, evs = run_to_end(rt, collector, order, records, events)
     return PlannerRun(rt, loop, prefill, decode, recs, evs, summary, json.loads(json.dumps(loop.report())))

@@ -110,8 +110,9 @@ def _replay(params: dict[str, object], bulk: bool) -> tuple[str, str, str, str, 
         order=order_for_engine(backend.value), collector=collector, records=records, events=events,
         planner=loop, bulk=bulk,
     )
+    loop.attach(rt.control)
     result = rt.run()
-    rt.write_incomplete_records()
+    rt.lifecycle.write_incomplete_records()
     summary = build_summary(collector, handoff_order=order_for_engine(backend.value).value,
                             sla=SlaThresholds(None, None, None))
     summary["end_ms"] = result.now_ms

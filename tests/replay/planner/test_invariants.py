@@ -53,7 +53,7 @@ def test_scaling_invariants(
     assert run.summary["completed_requests"] == n
     assert run.summary["incomplete_requests"] == 0
     assert sorted(r["request_id"] for r in run.records) == list(range(n))
-    assert not run.runtime._live
+    assert not run.runtime.table.live
 
     for stage, (name, fakes) in enumerate((("prefill", run.prefill), ("decode", run.decode))):
         timeline = {w["worker"]: w for w in run.report[f"{name}_workers"]}

@@ -92,7 +92,7 @@ def test_a_cancel_during_the_transfer_lets_both_pools_scale_to_zero() -> None:
     # Request 1 is served by the new workers (next unused index: 1).
     assert run.record(1)["terminal_status"] == "completed"
     assert (run.record(1)["prefill_worker_idx"], run.record(1)["decode_worker_idx"]) == (1, 1)
-    assert not run.runtime._live
+    assert not run.runtime.table.live
 
 
 def test_worker_seconds_include_the_startup_ramp_and_the_drain_tail() -> None:

@@ -1,0 +1,9 @@
+"""The replay runtime: the parts of a prefill/decode cluster that execute each request's handoff,
+composed by :class:`DisaggRuntime` and driven by its event loop (see :mod:`.loop`)."""
+
+from ..request_state import Phase, Stage
+from .control import ClusterControl
+from .handoffs import CoordinatorFactory
+from .loop import DisaggRuntime, RuntimeResult
+
+__all__ = ["ClusterControl", "CoordinatorFactory", "DisaggRuntime", "Phase", "RuntimeResult", "Stage"]
