@@ -1,19 +1,37 @@
-"""``dmocker``: the command-line entry point. Each verb lives in its own module."""
+"""``dmocker``: the command-line entry point. Each verb lives in its own module.
+
+A run imports only the module of the verb it runs (``dmocker replay`` needs neither the checker
+nor networkx, nor conformance, sweep or diagrams); ``dmocker --help``, an unknown verb and any
+other command line that does not start with a verb build the full parser, so the listing and
+the error messages name every verb.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
-from typing import Sequence
+from types import ModuleType
+from typing import Final, Mapping, Sequence
 
 from dmocker.handoff import SpecError
 
 #: What plain ``dmocker`` runs.
 DEFAULT_VERB = "replay"
-#: Verb modules, in help order. One that fails to import is a broken install or a bug: the
-#: command stops with an error naming it (a verb silently missing from ``--help`` hides both).
-VERBS = ("demo", "replay", "sweep", "spec_cmd", "check", "conform", "diagram", "fuzz")
+#: Each verb, in help order, and the module of dmocker.cli that implements it (its
+#: ``add_parser`` registers the verb). A module that fails to import is a broken install or a
+#: bug: the command stops with an error naming it (a verb silently missing from ``--help``
+#: hides both).
+VERBS: Final[Mapping[str, str]] = {
+    "demo": "demo",
+    "replay": "replay",
+    "sweep": "sweep",
+    "spec": "spec_cmd",
+    "check": "check",
+    "conform": "conform",
+    "diagram": "diagram",
+    "fuzz": "fuzz",
+}
 
 
 class VerbImportError(Exception):
@@ -27,7 +45,12 @@ def version_text() -> str:
     return f"dmocker {__version__}"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
+    """The ``dmocker`` parser with every verb, or with ``verb`` alone (only its module imported).
+
+    A command line that starts with ``verb`` parses the same either way: the top-level parser
+    hands everything after the verb to the verb's own parser, and its own messages list no verbs.
+    """
     parser = argparse.ArgumentParser(
         prog="dmocker",
         description="Formally specified prefill->decode KV-cache handoff: spec, checker, replay, conformance.",
@@ -35,35 +58,45 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=version_text(),
                         help="print the version")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    parser.set_defaults(verbs=sub.choices)
-    for name in VERBS:
-        module_name = f"dmocker.cli.{name}"
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise VerbImportError(
-                f"the command module {module_name} cannot be loaded: {type(exc).__name__}: {exc} "
-                "(a broken install? reinstall dmocker)"
-            ) from exc
-        module.add_parser(sub)
+    for name, module_name in VERBS.items():
+        if verb is None or name == verb:
+            _verb_module(module_name).add_parser(sub)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _verb_module(name: str) -> ModuleType:
+    module_name = f"dmocker.cli.{name}"
     try:
-        parser = build_parser()
+        return importlib.import_module(module_name)
+    except ImportError as exc:
+        raise VerbImportError(
+            f"the command module {module_name} cannot be loaded: {type(exc).__name__}: {exc} "
+            "(a broken install? reinstall dmocker)"
+        ) from exc
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    words = list(sys.argv[1:] if argv is None else argv)
+    # The verb that runs, when the command line says it up front (plain ``dmocker`` runs the
+    # default one); None builds the full parser.
+    verb = DEFAULT_VERB if not words else words[0] if words[0] in VERBS else None
+    try:
+        parser = build_parser(verb)
     except VerbImportError as exc:
         print(f"dmocker: error: {exc}", file=sys.stderr)
         return 1
     except SpecError as exc:  # a module read a bad $DMOCKER_SPEC while importing: bad input
         print(f"dmocker: error: {exc}", file=sys.stderr)
         return 2
-    args = parser.parse_args(argv)
+    args = parser.parse_args(words)
     if getattr(args, "func", None) is None:
         # No verb: the main job on its built-in default.
-        args = parser.parse_args([DEFAULT_VERB if DEFAULT_VERB in args.verbs else "demo", *(argv or [])])
+        args = parser.parse_args([DEFAULT_VERB, *(argv or [])])
     try:
         code = args.func(args)
+    except SpecError as exc:  # a bad $DMOCKER_SPEC read on first use, by a verb that leaves it to us
+        print(f"dmocker: error: {exc}", file=sys.stderr)
+        return 2
     except BrokenPipeError:  # e.g. `dmocker demo | head`
         sys.stderr.close()
         return 0

@@ -19,7 +19,8 @@ from typing import Callable, Final, Hashable, Mapping, cast
 from mypy_extensions import mypyc_attr
 
 from dmocker.handoff._registry import ACTION_CLASSES, FACT_CLASSES
-from dmocker.handoff._spec import ProtocolSpec, derived, load_spec
+from dmocker.handoff._spec import ProtocolSpec, derived
+from dmocker.handoff._spec_load import load_spec
 from dmocker.handoff._table import (
     STEP_TAG,
     CompiledTable,

@@ -18,7 +18,8 @@ from collections.abc import Callable
 from typing import Final
 
 from dmocker.handoff._coordinator import HandoffCoordinator
-from dmocker.handoff._spec import ProtocolSpec, load_spec
+from dmocker.handoff._spec import ProtocolSpec
+from dmocker.handoff._spec_load import load_spec
 from dmocker.handoff._table import STEP_TAG, Step
 from dmocker.handoff._types import DestinationReserved, Fact, SourceHeld
 

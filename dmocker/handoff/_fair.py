@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Callable, cast
 
 from dmocker.handoff._registry import FACT_CLASSES
-from dmocker.handoff._spec import ProtocolSpec, SpecError, load_spec, success_outcomes
+from dmocker.handoff._spec import ProtocolSpec, SpecError
+from dmocker.handoff._spec_load import load_spec, success_outcomes
 from dmocker.handoff._types import Fact, HandoffId, OutcomeKind
 
 

@@ -48,7 +48,8 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Hashable, Mapping, Sequence, TypeAlias
 
-from dmocker.handoff._spec import Invariant, ProtocolSpec, invariant_shape_problems, load_spec
+from dmocker.handoff._spec import Invariant, ProtocolSpec, invariant_shape_problems
+from dmocker.handoff._spec_load import load_spec
 from dmocker.handoff._types import (
     Complete,
     Completion,

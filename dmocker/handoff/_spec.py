@@ -1,24 +1,21 @@
-"""Load and validate the declarative handoff protocol (``spec/handoff.json``).
+"""The declarative handoff protocol (``spec/handoff.json``) as values: :class:`ProtocolSpec` and
+its parts.
 
 The spec file is the single source of truth: the compiled table, the python-statemachine
 machines, the checker's invariants, the conformance projection and the diagrams are all derived
-from the :class:`ProtocolSpec` this module returns.  Validation here is structural (names,
-shapes); the semantic checks that need the state space (reachability, ways out, completeness,
-transitions that never fire) run in :mod:`dmocker.handoff._table` and are reported through the
-same :class:`SpecError` naming the file and the element.
+from a :class:`ProtocolSpec`.  Reading the file is :mod:`dmocker.handoff._spec_load`'s job; it
+checks the structure (names, shapes) in :mod:`dmocker.handoff._spec_parse` and the semantics
+that need the state space (reachability, ways out, completeness, transitions that never fire) in
+:mod:`dmocker.handoff._table`, all reported through the same :class:`SpecError` naming the file
+and the element.  This module depends on none of them, so they all build on it.
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import json
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable, Hashable, Mapping, Sequence, TypeAlias, TypeVar, Union, cast
 
-from dmocker.handoff._types import HandoffErrorKind, HandoffOrder, OutcomeKind
+from dmocker.handoff._types import HandoffErrorKind, HandoffOrder
 
 JsonValue: TypeAlias = Union[None, bool, int, float, str, Sequence["JsonValue"], Mapping[str, "JsonValue"]]
 
@@ -259,90 +256,3 @@ def derived(spec: ProtocolSpec, key: Hashable, build: Callable[[], _T]) -> _T:
     except KeyError:
         value = store[key] = build()
         return value
-
-
-def success_outcomes(spec: ProtocolSpec | None = None) -> dict[str, OutcomeKind]:
-    """Action name -> the outcome a healthy environment answers it with (first allowed in the spec)."""
-    the_spec = spec if spec is not None else load_spec()
-    return {a.name: OutcomeKind(a.allowed[0]) for a in the_spec.actions if a.allowed}
-
-
-def default_spec_path() -> Path:
-    """Where the protocol lives: ``$DMOCKER_SPEC``, else the package's own copy (see :func:`spec_file`)."""
-    override = os.environ.get("DMOCKER_SPEC")
-    if override:
-        return Path(override)
-    return spec_file("handoff.json")
-
-
-#: The package data folder holding the protocol files (``handoff.json``, ``event-log.schema.json``).
-SPEC_PACKAGE_DIR = "_spec"
-
-
-def spec_file(name: str) -> Path:
-    """A protocol file shipped with the package.
-
-    ``dmocker/_spec`` is a symbolic link to the repository's ``spec/`` (the one source), so a
-    checkout or an editable install reads ``spec/`` itself, and a wheel carries copies made at
-    build time.  Never searched for elsewhere: a ``spec/`` folder that happens to sit above the
-    install is not ours.  A package on disk is read from its folder; one inside a zip archive
-    through :mod:`importlib.resources` (imported only then: with its readers it is ~25 M
-    instructions of start-up that every replay would pay).
-    """
-    on_disk = Path(__file__).parent.parent / SPEC_PACKAGE_DIR / name
-    if on_disk.is_file():
-        return on_disk
-    from importlib import resources
-
-    resource = resources.files("dmocker").joinpath(SPEC_PACKAGE_DIR, name)
-    if not resource.is_file():
-        raise SpecError(
-            f"{resource}: the spec file {name!r} is missing from the installed package (a broken install?); "
-            "reinstall dmocker or set DMOCKER_SPEC"
-        )
-    if isinstance(resource, Path):
-        return resource
-    # a package inside a zip archive: extract it once for the life of the process
-    return Path(_EXTRACTED.enter_context(resources.as_file(resource)))
-
-
-_EXTRACTED = contextlib.ExitStack()
-atexit.register(_EXTRACTED.close)
-
-
-#: Specs loaded by path, most recently used last; bounded (a long-lived process that loads many
-#: spec files keeps only the last few, each with what was derived from it).
-_CACHE: dict[str, ProtocolSpec] = {}
-_CACHE_SIZE = 8
-
-
-def load_spec(path: str | os.PathLike[str] | None = None) -> ProtocolSpec:
-    """Read, validate and cache the protocol spec (the default one unless ``path`` is given)."""
-    resolved = Path(path) if path is not None else default_spec_path()
-    key = str(resolved.resolve()) if resolved.exists() else str(resolved)
-    cached = _CACHE.pop(key, None)
-    if cached is not None:
-        _CACHE[key] = cached
-        return cached
-    from dmocker.handoff._spec_parse import parse_spec  # (it builds this module's classes)
-
-    spec = parse_spec(_read_json(resolved), str(resolved))
-    # Semantic validation (reachability etc.) needs the compiled tables; it raises SpecError.
-    from dmocker.handoff._table import validate_semantics
-
-    validate_semantics(spec)
-    _CACHE[key] = spec
-    while len(_CACHE) > _CACHE_SIZE:
-        del _CACHE[next(iter(_CACHE))]
-    return spec
-
-
-def _read_json(path: Path) -> object:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"{path}: line {exc.lineno} column {exc.colno}: invalid JSON: {exc.msg}") from None

@@ -1,7 +1,7 @@
 """Parsing the protocol spec's JSON into :class:`~dmocker.handoff._spec.ProtocolSpec`.
 
 Why apart: the element-by-element checks, each naming the file and the element, are most of
-the spec code; the value classes and the loader (``_spec``) read better without them.
+the spec code; the value classes (``_spec``) and the loader (``_spec_load``) read better without them.
 """
 
 from __future__ import annotations

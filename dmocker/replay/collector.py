@@ -24,8 +24,7 @@ from __future__ import annotations
 import array
 import enum
 import math
-from collections.abc import Callable
-from typing import Final, SupportsIndex, SupportsInt, cast
+from typing import Final, SupportsIndex, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -65,22 +64,9 @@ _fmax = np.fmax.reduce
 _ONE_TOKEN: Final = np.int32(1)
 
 
-def _c_count_nonzero() -> Callable[[npt.NDArray[np.bool_]], SupportsInt]:
-    """numpy's C ``count_nonzero``: ``np.count_nonzero`` wraps it in Python-level dispatch
-    (0.7 against 0.2 us a call)."""
-    try:
-        from numpy._core.multiarray import count_nonzero
-    except ImportError:  # pragma: no cover - numpy 1.x keeps it in numpy.core
-        return np.count_nonzero
-    return count_nonzero
-
-
-_count_nonzero: Final = _c_count_nonzero()
-
-
 def _count(a: npt.NDArray[np.bool_]) -> int:
     """Non-zero entries, as a Python int (compiled code checks the declared ``int``)."""
-    return int(_count_nonzero(a))
+    return int(np.count_nonzero(a))
 
 
 class Collector:

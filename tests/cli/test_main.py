@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -23,3 +25,16 @@ def test_module_entry_point_prints_the_version() -> None:
     res = subprocess.run([sys.executable, "-m", "dmocker", "--version"], capture_output=True, text=True,
                          check=True, timeout=120)
     assert res.stdout.strip() == f"dmocker {dmocker.__version__}"
+
+
+@pytest.mark.parametrize("args", [["demo"], ["replay", "--synthetic", "5", "--quiet"], ["spec", "validate"]])
+def test_a_bad_spec_file_is_bad_input_for_every_verb(args: list[str], tmp_path: Path) -> None:
+    # A verb reads $DMOCKER_SPEC when it first needs the protocol (at import or while it runs).
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"spec_version": ', encoding="utf-8")
+    env = {**os.environ, "DMOCKER_SPEC": str(bad)}
+    res = subprocess.run([sys.executable, "-m", "dmocker", *args], capture_output=True, text=True, env=env,
+                         cwd=tmp_path, timeout=300)
+    assert res.returncode == 2, res.stderr
+    assert "Traceback" not in res.stderr
+    assert str(bad) in res.stderr and "invalid JSON" in res.stderr

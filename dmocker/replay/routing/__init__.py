@@ -5,11 +5,13 @@ routers (``MODULE:CLASS``) all implement :class:`Router`; see :mod:`.protocol` f
 contract and :mod:`.kv_router` for the KV router's rules.
 """
 
+from .base import NO_ADMISSIONS, Admission, BaseRouter
 from .config import QueuePolicy, RouterConfig
+from .context import Pool, RouterContext
 from .kv_index import KvIndex
 from .kv_router import KvRouter
 from .loader import RouterSpec, parse_router
-from .protocol import NO_ADMISSIONS, Admission, BaseRouter, Pool, Router, RouterContext, RouterError
+from .protocol import Router, RouterError
 from .queue import RouterQueue
 from .round_robin import RoundRobin
 

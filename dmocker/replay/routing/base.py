@@ -13,14 +13,13 @@ on the prefill pool).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from mypy_extensions import mypyc_attr
 
 from dmocker.engines.interface import EngineRequest, KvEvent
 
-if TYPE_CHECKING:
-    from .protocol import RouterContext
+from .context import RouterContext
 
 __all__ = ["Admission", "BaseRouter", "NO_ADMISSIONS"]
 

@@ -44,7 +44,7 @@ from dmocker.engines.interface import EngineRequest, KvEvent
 from .config import RouterConfig
 from .kv_index import KvIndex
 from .base import NO_ADMISSIONS, Admission, BaseRouter
-from .protocol import Pool, RouterContext
+from .context import Pool, RouterContext
 from .queue import RouterQueue
 
 __all__ = ["KvRouter"]

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 from .config import RouterConfig
 from .kv_router import KvRouter
-from .protocol import Router, RouterContext
+from .context import RouterContext
+from .protocol import Router
 from .round_robin import RoundRobin
 
 __all__ = ["RouterSpec", "parse_router"]

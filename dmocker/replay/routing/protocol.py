@@ -33,43 +33,19 @@ the request.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from dmocker.engines.interface import EngineRequest, KvEvent
 
 from .base import NO_ADMISSIONS, Admission, BaseRouter
+from .context import Pool, RouterContext
 
 __all__ = ["Admission", "BaseRouter", "Pool", "Router", "RouterContext", "RouterError", "NO_ADMISSIONS"]
 
 
 class RouterError(ValueError):
     """A router broke its contract (e.g. returned a worker that is not in its pool)."""
-
-
-class Pool(enum.Enum):
-    """A worker pool of the disaggregated cluster (routers, faults and the planner name pools
-    with it)."""
-
-    PREFILL = "prefill"
-    DECODE = "decode"
-
-    @property
-    def stage(self) -> int:
-        """The runtime's index of this pool (0 prefill, 1 decode)."""
-        return 0 if self is Pool.PREFILL else 1
-
-
-@dataclass(frozen=True, slots=True)
-class RouterContext:
-    """What a router is built with (one instance per pool)."""
-
-    pool: Pool
-    seed: int
-    block_size: int
-    max_num_batched_tokens: int
 
 
 @runtime_checkable

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dmocker.engines.interface import EngineRequest
 
 from .base import BaseRouter
-from .protocol import RouterContext
+from .context import RouterContext
 
 __all__ = ["RoundRobin"]
 
