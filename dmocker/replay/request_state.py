@@ -1,5 +1,5 @@
-"""The runtime's per-request state and the two enums it is keyed by (shared by the drain loop in
-``runtime.py`` and the action executors in ``actions.py``)."""
+"""A request's state while it is in the cluster, and the two enums it is keyed by (shared by
+the parts of :mod:`dmocker.replay.runtime` and the per-request records)."""
 
 from __future__ import annotations
 
