@@ -7,14 +7,25 @@ The compiled modules are the same source as the pure ones: ``tests/replay/test_c
 replays randomized workloads with both and compares the outputs byte for byte.
 
 ``DMOCKER_PURE=1 pip install -e .`` skips compilation (for editing the compiled modules without
-rebuilding: an extension module shadows its ``.py`` file until the next install).
+rebuilding), and removes the extension modules an earlier build left in the tree.
+
+An extension module is imported instead of the ``.py`` file beside it, so the build records the
+sources it compiled (``dmocker/_build_record.py``: checksum, size, modification time) beside the
+extensions; importing dmocker stops with an error naming the modules whose sources changed since.
 """
 
 from __future__ import annotations
 
 import os
+import runpy
+from pathlib import Path
 
 from setuptools import setup
+from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
+
+ROOT = Path(__file__).resolve().parent
+PACKAGE = "dmocker"
 
 # The modules on the replay's per-request path; everything else stays interpreted.
 COMPILED = [
@@ -61,13 +72,64 @@ COMPILED = [
 ]
 
 
-def _ext_modules() -> list[object]:
-    if os.environ.get("DMOCKER_PURE", "") not in ("", "0"):
-        return []
+def _pure() -> bool:
+    return os.environ.get("DMOCKER_PURE", "") not in ("", "0")
+
+
+# The package's build record, loaded as a plain file: the package is not importable mid-build.
+_RECORD = runpy.run_path(str(ROOT / PACKAGE / "_build_record.py"))
+
+
+def _extensions_in_tree() -> list[Path]:
+    """Extension modules in the source tree's package (git-ignored build outputs)."""
+    return [p for p in (ROOT / PACKAGE).rglob("*") if p.name.endswith((".so", ".pyd")) and p.is_file()]
+
+
+def _compiled_build_ext(record_lines: list[str]) -> type[build_ext]:
+    class BuildExtWithRecord(build_ext):
+        """Writes the record of the compiled sources beside the extensions (into the wheel; into
+        the tree too when building in place, as an editable install does), and removes from the
+        tree the extension modules of an earlier build that this one did not make."""
+
+        def run(self) -> None:
+            super().run()
+            target = Path(self.build_lib) / PACKAGE
+            target.mkdir(parents=True, exist_ok=True)
+            _RECORD["write_record"](str(target / _RECORD["RECORD_NAME"]), record_lines)
+            if self.inplace:
+                made = {Path(p).resolve() for p in self.get_output_mapping().values()}  # the in-tree copies
+                for stale in _extensions_in_tree():
+                    if stale.resolve() not in made:
+                        stale.unlink()
+                _RECORD["write_record"](str(ROOT / PACKAGE / _RECORD["RECORD_NAME"]), record_lines)
+
+    return BuildExtWithRecord
+
+
+class PureBuildPy(build_py):
+    """An editable pure install removes the extension modules and the record an earlier compiled
+    build left in the tree: they would be imported instead of the sources."""
+
+    def run(self) -> None:
+        super().run()
+        if self.editable_mode:
+            for path in [*_extensions_in_tree(), ROOT / PACKAGE / _RECORD["RECORD_NAME"]]:
+                path.unlink(missing_ok=True)
+
+
+def _setup_compiled() -> None:
     from mypyc.build import mypycify
 
-    return list(mypycify(COMPILED, opt_level="3", group_name="dmocker._native"))
+    package_dir = str(ROOT / PACKAGE)
+    prefix = PACKAGE + "/"
+    # recorded before mypyc reads the sources: an edit made during the build is seen at import
+    lines = [_RECORD["record_line"](package_dir, path.removeprefix(prefix)) for path in COMPILED]
+    setup(ext_modules=list(mypycify(COMPILED, opt_level="3", group_name=f"{PACKAGE}._native")),
+          cmdclass={"build_ext": _compiled_build_ext(lines)})
 
 
 if __name__ == "__main__":  # setuptools runs this file as __main__; tests read COMPILED only
-    setup(ext_modules=_ext_modules())
+    if _pure():
+        setup(cmdclass={"build_py": PureBuildPy})
+    else:
+        _setup_compiled()

@@ -22,8 +22,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 
-PYTHON_PAGES = ["docs/testing.md", "docs/checker.md", "docs/conformance.md", "docs/replay.md", "docs/routing.md",
-                "docs/faults.md", "docs/planner.md", "README.md"]
+# docs/testing.md runs the stateful kit against coordinators: the one slow page
+PYTHON_PAGES = [pytest.param("docs/testing.md", marks=pytest.mark.slow), "docs/checker.md", "docs/conformance.md",
+                "docs/replay.md", "docs/routing.md", "docs/faults.md", "docs/planner.md", "README.md"]
 TRANSCRIPT_PAGES = ["docs/replay.md"]
 
 _BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.S)
@@ -80,6 +81,7 @@ def test_python_blocks_run(page: str, tmp_path: Path, monkeypatch: pytest.Monkey
         exec(compile(block, f"{page} (python block {i + 1})", "exec"), {"__name__": "docs_example"})
 
 
+@pytest.mark.slow  # each command is a dmocker process, several of them replays
 @pytest.mark.parametrize("page", TRANSCRIPT_PAGES)
 def test_console_blocks_are_real_transcripts(page: str, tmp_path: Path) -> None:
     found = [b for b in blocks(page, "console") if _commands(b)]

@@ -75,6 +75,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return found
 
 
+@pytest.mark.slow  # builds a wheel
 def test_wheel_ships_the_spec_files(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
     for name in SPEC_FILES:
@@ -85,6 +86,7 @@ def test_wheel_ships_the_spec_files(wheel: Path) -> None:
     assert not any(n.startswith("tests/") for n in names)
 
 
+@pytest.mark.slow
 def test_target_install_uses_its_own_spec_not_one_above_it(wheel: Path, tmp_path: Path) -> None:
     outer = tmp_path / "outer"
     bogus = outer / "spec" / "handoff.json"
@@ -124,6 +126,7 @@ def test_version_has_one_source() -> None:
     assert doc["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "dmocker.__version__"}
 
 
+@pytest.mark.slow
 def test_wheel_version_is_the_package_version(wheel: Path) -> None:
     import dmocker
 

@@ -102,6 +102,7 @@ def test_schema_and_docs_agree_with_the_spec() -> None:
         assert covered >= expected and ids - {w + "*" for w in wildcard} <= expected | set(), (event, ids, expected)
 
 
+@pytest.mark.slow  # jsonschema over every line of the suite
 def test_schema_validates_the_suite_when_jsonschema_is_available() -> None:
     jsonschema = pytest.importorskip("jsonschema")
     schema = json.loads((REPO / "spec/event-log.schema.json").read_text(encoding="utf-8"))

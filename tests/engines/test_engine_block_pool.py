@@ -424,5 +424,12 @@ class PoolMachine(RuleBasedStateMachine):
         assert self.pool.num_inactive == len(self.model.lru)
 
 
-TestPoolMachine = PoolMachine.TestCase
-TestPoolMachine.settings = settings(max_examples=150, stateful_step_count=80, deadline=None)
+@pytest.mark.slow
+class TestPoolMachine(PoolMachine.TestCase):
+    settings = settings(max_examples=150, stateful_step_count=80, deadline=None)
+
+
+class TestPoolMachineShort(PoolMachine.TestCase):
+    """The same model check, short enough for the quick loop (``pytest -m "not slow"``)."""
+
+    settings = settings(max_examples=10, stateful_step_count=80, deadline=None)

@@ -27,6 +27,7 @@ from dmocker.replay.faults import FaultKind, Pool, ScheduledFault, WorkerCrash
 EXAMPLES = 40 if os.environ.get("CI") else 150
 
 
+@pytest.mark.slow
 def test_ours_passes_a_bounded_fuzz(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "s.json"
     assert main(["fuzz", "--max-examples", str(EXAMPLES), "--seed", "1", "--out", str(out)]) == 0

@@ -10,6 +10,7 @@ action does not take, rejections or answers after completion.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, strategies as st
 
 from dmocker.handoff import (
@@ -80,6 +81,7 @@ HEALTHY = {
 }
 
 
+@pytest.mark.slow  # quick twin: test_lean_outcome_examples
 @given(st.sampled_from(list(HandoffOrder)), STEPS, st.integers(0, 9), st.integers(0, 9))
 def test_lean_outcome_matches_public_api(
     order: HandoffOrder, steps: list[tuple[object, ...]], healthy: int, split: int

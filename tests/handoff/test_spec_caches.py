@@ -39,6 +39,7 @@ def make_spec(tmp_path: Path):  # type: ignore[no-untyped-def]
     return make
 
 
+@pytest.mark.slow  # a full collection per spec, over the whole test session's heap
 def test_each_spec_gets_its_own_table_after_garbage_collection(make_spec) -> None:  # type: ignore[no-untyped-def]
     wrong: list[str] = []
     for n in range(50):
@@ -55,6 +56,7 @@ def test_each_spec_gets_its_own_table_after_garbage_collection(make_spec) -> Non
     assert wrong == []
 
 
+@pytest.mark.slow
 def test_projection_follows_its_spec(make_spec) -> None:  # type: ignore[no-untyped-def]
     for n in range(20):
         spec = make_spec(f"p-{n}")
@@ -72,6 +74,7 @@ def test_derived_data_is_cached_per_spec_object(make_spec) -> None:  # type: ign
     assert a.table is b.table
 
 
+@pytest.mark.slow
 def test_collected_specs_free_their_tables(make_spec) -> None:  # type: ignore[no-untyped-def]
     def live_tables() -> int:
         HandoffCoordinator("h", HandoffOrder.SOURCE_FIRST)  # the last-used lookup: the default spec
@@ -89,6 +92,7 @@ def test_collected_specs_free_their_tables(make_spec) -> None:  # type: ignore[n
     assert live_tables() - before <= 8 * len(HandoffOrder)
 
 
+@pytest.mark.slow
 def test_loaded_specs_cache_is_bounded(make_spec) -> None:  # type: ignore[no-untyped-def]
     def live_specs() -> int:
         gc.collect()

@@ -29,6 +29,7 @@ from .planner.sample_planners import Stepper
 from .test_bulk_differential import _params, _replay
 
 
+@pytest.mark.slow  # quick twin: test_epochs_are_used_and_match_on_busy_batches
 @given(_params(), st.booleans())
 def test_epochs_match_the_plain_collector(params: dict[str, object], bulk: bool) -> None:
     both = both_ways(lambda epochs: _replay(params, bulk=bulk, batch_epochs=epochs))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 
+import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -75,6 +76,7 @@ def _params(draw: st.DrawFn) -> dict[str, object]:
     }
 
 
+@pytest.mark.slow  # quick twin: test_bulk_runs_happen_and_match
 @given(_params())
 @example({  # a run that evicted cached blocks, then cut: the cut must restore them (LRU order)
     "engine": "vllm", "block_size": 16, "blocks": 120, "max_seqs": 5, "bandwidth": None, "decode": 1,

@@ -112,6 +112,7 @@ def test_trace_replay_writes_report_records_and_events(tmp_path: Path, capsys: p
     assert sum(1 for e in events[1:] if json.loads(e)["event"] == "completed") == 2
 
 
+@pytest.mark.slow  # two replay processes
 def test_same_inputs_are_byte_identical_across_hash_seeds(tmp_path: Path) -> None:
     outputs = []
     for seed in ("0", "4242"):

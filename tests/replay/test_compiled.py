@@ -49,6 +49,7 @@ def _replays(out: Path, pure_copy: Path | None) -> str:
     return run.stdout.strip()
 
 
+@pytest.mark.slow  # two subprocesses replay 36 workloads
 @pytest.mark.skipif(PURE_BUILD, reason="DMOCKER_PURE build: nothing is compiled to compare with")
 def test_compiled_and_interpreted_replays_are_byte_identical(tmp_path: Path) -> None:
     pure = tmp_path / "pure"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -43,6 +44,7 @@ def test_large_batches_same_exponent_and_spread() -> None:
         assert s.value() == _exact(xs.tolist())
 
 
+@pytest.mark.slow  # exact Fractions over 2^16 values, five times
 def test_positive_values_every_path() -> None:
     """Positive normal values take the bit-level paths (int64 sums for a narrow exponent
     spread, per-exponent sums for a wide one); their totals are the exact ones too."""

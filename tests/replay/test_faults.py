@@ -82,6 +82,7 @@ def _cli(tmp: Path, tag: str, engine: str, hashseed: str) -> tuple[int, list[str
     return proc.returncode, [hashlib.md5(p.read_bytes()).hexdigest() for p in paths]
 
 
+@pytest.mark.slow  # quick twins: the fault kinds, crashes and leaks below
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_faulty_runs_hold_every_invariant_and_rerun_byte_identically(tmp_path: Path, engine: str) -> None:
     code_a, md5_a = _cli(tmp_path, "a", engine, "1")

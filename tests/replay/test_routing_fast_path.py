@@ -51,6 +51,7 @@ _CONFIGS = pytest.mark.parametrize(
 )
 
 
+@pytest.mark.slow  # quick twin: the seeded sequences below
 @_CONFIGS
 @settings(max_examples=60, deadline=None)
 @given(st.sampled_from([0.5, 1.0]), st.integers(0, 3), st.lists(_op, min_size=20, max_size=80))

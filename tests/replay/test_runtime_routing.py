@@ -150,6 +150,7 @@ def _cli(args: list[str], hashseed: str) -> subprocess.CompletedProcess[str]:
                           env=env, timeout=300, check=False)
 
 
+@pytest.mark.slow  # two replay processes
 def test_kv_router_output_is_byte_identical_across_hash_seeds(tmp_path: Path) -> None:
     outs = []
     for seed in ("0", "12345"):
@@ -164,10 +165,12 @@ def test_kv_router_output_is_byte_identical_across_hash_seeds(tmp_path: Path) ->
 
 @pytest.mark.parametrize(
     ("flags", "message"),
+    # one dmocker process each: the quick loop runs the first
     [(["--router", "kv", "--overlap-score-credit", "-1"], "overlap_score_credit"),
-     (["--router", "tests.replay.user_routers:OutOfPool"], "returned worker 99 for request"),
-     (["--router", "no.such.mod:X"], "cannot import"),
-     (["--router-queue-policy", "random"], "invalid choice")],
+     pytest.param(["--router", "tests.replay.user_routers:OutOfPool"], "returned worker 99 for request",
+                  marks=pytest.mark.slow),
+     pytest.param(["--router", "no.such.mod:X"], "cannot import", marks=pytest.mark.slow),
+     pytest.param(["--router-queue-policy", "random"], "invalid choice", marks=pytest.mark.slow)],
 )
 def test_cli_bad_router_input_exits_2(flags: list[str], message: str) -> None:
     res = _cli(["--synthetic", "10", "--quiet", *flags], "0")

@@ -227,6 +227,7 @@ def test_real_traces_index() -> None:
         assert all(a.arrival_ms <= b.arrival_ms for a, b in zip(starts, starts[1:]))
 
 
+@pytest.mark.slow  # builds and measures a 5k-row trace
 def test_trace_index_keeps_flat_arrays_not_rows(tmp_path: Path) -> None:
     # 5k rows with 40 hash ids each: parsed whole this is ~10 MB of Python objects (checked
     # below); the index keeps the ids at 8 bytes each in one array plus ~50 bytes a row.

@@ -30,6 +30,7 @@ def _no_fetches(page: str) -> None:
     assert set(re.findall(r"https?://[^\s\"'<>]+", page)) <= {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}
 
 
+@pytest.mark.slow
 def test_page_is_self_contained_and_deterministic() -> None:
     report = run(timeseries=True, **SMALL)
     page = render_html(report)
@@ -43,6 +44,7 @@ def test_page_is_self_contained_and_deterministic() -> None:
     assert render_html(run(timeseries=True, **SMALL)) == page
 
 
+@pytest.mark.slow
 def test_planner_and_fault_series_get_their_sections() -> None:
     report = run(timeseries=True, **SMALL)
     assert report.timeseries is not None
@@ -95,6 +97,7 @@ def _png_pixels(path: Path) -> np.ndarray:
     return np.asarray(matplotlib.image.imread(str(path)))
 
 
+@pytest.mark.slow  # headless Chromium
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian package chromium not installed (.ci/run installs it)")
 def test_chromium_renders_the_figures(tmp_path: Path) -> None:
     page = tmp_path / "report.html"
@@ -121,6 +124,7 @@ def test_chromium_renders_the_figures(tmp_path: Path) -> None:
     assert blue > 0.0005
 
 
+@pytest.mark.slow
 def test_faults_add_a_failures_section() -> None:
     from dmocker.replay.faults import FaultPlan
 

@@ -63,6 +63,7 @@ def test_sweep_json_rows_are_what_replay_out_writes(tmp_path: Path) -> None:
         assert run["summary"] == json.loads(out.read_text())["summary"]
 
 
+@pytest.mark.slow  # starts a local Ray cluster
 def test_byte_identical_across_jobs_and_ray(tmp_path: Path, ray_cluster: Any) -> None:
     args = [*WORKLOAD, "--prefill-workers", "1..2", "--decode-workers", "1,2", "--sla-ttft-ms", "120"]
     outs = [
@@ -74,6 +75,7 @@ def test_byte_identical_across_jobs_and_ray(tmp_path: Path, ray_cluster: Any) ->
     assert outs[0][1] == outs[1][1] == outs[2][1]
 
 
+@pytest.mark.slow
 def test_trace_shipped_to_pool_and_ray(tmp_path: Path, ray_cluster: Any) -> None:
     trace = _trace(tmp_path)
     base = {"engine": "sglang", "sla_ttft_ms": 200.0}

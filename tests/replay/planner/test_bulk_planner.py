@@ -16,6 +16,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -154,6 +155,7 @@ def _check(params: dict[str, object]) -> int:
     return bulk[5]
 
 
+@pytest.mark.slow  # quick twin: test_bulk_runs_happen_under_every_planner
 @settings(max_examples=60)
 @given(_params())
 @example({  # a scripted planner scaling the decode pool up and down under long decodes

@@ -136,6 +136,7 @@ def _cli(args: list[str]) -> subprocess.CompletedProcess[str]:
                           env={**os.environ}, timeout=120, check=False)
 
 
+@pytest.mark.slow  # four dmocker processes
 def test_cli_exit_codes_and_nothing_half_written(tmp_path: Path) -> None:
     out, recs = tmp_path / "o.json", tmp_path / "r.jsonl"
     base = ["--synthetic", "60", "--rate", "40", "--quiet", "--out", str(out), "--per-request", str(recs)]
