@@ -20,7 +20,7 @@ import sys
 from typing import Sequence
 
 from dmocker._atomic import write_atomic
-from dmocker.replay.config import ConfigError
+from dmocker.replay.config import ConfigError, resolve_name
 from dmocker.replay.report import stable_json
 from dmocker.replay.workload import WorkloadError
 from dmocker.sweep.grid import AXES, ConfigValue, GridError, axis_for, parse_axis
@@ -98,7 +98,8 @@ def _axes(args: argparse.Namespace) -> dict[str, tuple[ConfigValue, ...]]:
         if not eq or not name.strip():
             raise GridError(f"--vary {item!r}: expected NAME=VALUES (e.g. decode.max_num_seqs=128,256)")
         axis = axis_for(name.strip())
-        if axis.key in axes:
+        swept = {p for key in axes for p in resolve_name(key)}
+        if swept & set(resolve_name(axis.key)):
             raise GridError(f"--vary {axis.key}: this field is already swept")
         axes[axis.key] = parse_axis(axis, values)
     return axes

@@ -113,7 +113,7 @@ def _replay(config: ReplayConfig, stepping: DecodeStepping, progress: bool) -> R
         prefill_workers=prefill_workers, decode_workers=decode_workers, num_requests=workload.num_requests,
     )
     sla = SlaThresholds(config.sla.ttft_ms, config.sla.itl_ms, config.sla.e2e_ms)
-    report_config = config.to_json()
+    report_config = config.to_json(outputs=False)
     per_request, events = config.outputs.per_request, config.outputs.events
 
     # ---- run: the runtime, its workers, routers and collector, driven by the config ---------

@@ -114,11 +114,15 @@ class ReplayConfig:
         assert isinstance(config, ReplayConfig)
         return config
 
-    def to_json(self) -> dict[str, JsonValue]:
+    def to_json(self, *, outputs: bool = True) -> dict[str, JsonValue]:
         """The file form: every field, resolved (the engine's block size, the default workload),
-        Python objects by their ``MODULE:CLASS``.  :meth:`from_json` reads it back."""
+        Python objects by their ``MODULE:CLASS``.  :meth:`from_json` reads it back.
+        ``outputs=False`` leaves out the ``outputs`` table (where files go changes no result:
+        the report's form, so that a rerun writes only what it is asked to)."""
         out = SCHEMA.dump(self.resolved())
         assert isinstance(out, dict)
+        if not outputs:
+            del out["outputs"]
         return out
 
     def resolved(self) -> ReplayConfig:
@@ -260,7 +264,9 @@ NAMES: dict[str, tuple[str, ...]] = {
 }
 """Flag names (``--max-num-seqs`` is ``max_num_seqs``) and the dotted paths each one sets."""
 
-_SELECTORS = ("workload.trace.path", "workload.synthetic.requests", "workload.explicit")
+#: Setting one of these picks the workload's kind (trace, synthetic or explicit; the others are cleared).
+_SELECTORS = ("workload.trace", "workload.trace.path", "workload.synthetic", "workload.synthetic.requests",
+              "workload.explicit")
 
 
 def field_paths() -> list[str]:
@@ -344,7 +350,7 @@ def _apply(config: ReplayConfig, values: Mapping[str, object]) -> ReplayConfig:
     for name, value in values.items():
         settings.extend((name, path, value) for path in resolve_name(name))
     picked = [(n, p) for n, p, _ in settings if p in _SELECTORS]
-    if len({p for _, p in picked}) > 1:
+    if len({p.split(".")[1] for _, p in picked}) > 1:
         raise ConfigError(f"give one workload, not {' and '.join(n for n, _ in picked)}", field="workload")
     settings.sort(key=lambda s: s[1] not in _SELECTORS)  # stable: the others keep their order
     for name, path, value in settings:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+import os
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -295,6 +296,8 @@ class Schema:
         elif hint is str:
             if isinstance(value, str):
                 return value
+            if isinstance(value, os.PathLike):  # a path given as a Path
+                return os.fspath(value)
         elif isinstance(hint, type) and issubclass(hint, enum.Enum):
             if isinstance(value, hint):
                 return value

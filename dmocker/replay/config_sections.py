@@ -230,8 +230,10 @@ def _planner_policy(value: object) -> str | None:
         if text in ("throughput", "load") or (colon and module and cls):
             return None
         return f"expected 'throughput', 'load' or MODULE:CLASS, got {value!r}"
-    if not (callable(getattr(value, "initial_tick_ms", None)) and callable(getattr(value, "on_tick", None))):
-        return f"a planner object needs initial_tick_ms() and on_tick(metrics), got a {type(value).__name__}"
+    missing = [m for m in ("initial_tick_ms", "on_tick") if not callable(getattr(value, m, None))]
+    if missing:
+        return (f"a planner object needs initial_tick_ms() and on_tick(metrics): a {type(value).__name__} "
+                f"has no {' and no '.join(missing)}")
     return None
 
 
@@ -289,9 +291,9 @@ _BOUNDS: dict[tuple[type, str], Bound] = {
     (SyntheticSpec, "turn_delay_ms"): _AT_LEAST_0,
     (SyntheticSpec, "seed"): _AT_LEAST_0,
     (WorkloadConfig, "arrival_speedup_ratio"): _ABOVE_0,
-    (SlaConfig, "ttft_ms"): _AT_LEAST_0,
-    (SlaConfig, "itl_ms"): _AT_LEAST_0,
-    (SlaConfig, "e2e_ms"): _AT_LEAST_0,
+    (SlaConfig, "ttft_ms"): _ABOVE_0,
+    (SlaConfig, "itl_ms"): _ABOVE_0,
+    (SlaConfig, "e2e_ms"): _ABOVE_0,
     (LimitsConfig, "max_sim_time_ms"): _AT_LEAST_0,
     (LimitsConfig, "max_in_flight"): _AT_LEAST_1,
 }

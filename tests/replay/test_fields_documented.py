@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dmocker.replay import run
+from dmocker.replay import ReplayConfig, run
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "replay.md"
 TRACE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "chat.jsonl"
@@ -47,7 +47,7 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str]]:
     for i, kw in enumerate(runs):
         rec, ev = out / f"r{i}.jsonl", out / f"e{i}.jsonl"
         trace = kw.pop("trace", None)
-        report = run(trace, per_request=rec, events=ev, **kw)  # type: ignore[arg-type]
+        report = run(ReplayConfig.from_values({"trace": trace, "per_request": rec, "events": ev, **kw}))  # type: ignore[arg-type]
         fields["summary"] |= set(report.summary)
         fields["config"] |= set(report.config)
         workload = report.config["workload"]
