@@ -22,7 +22,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 
-PYTHON_PAGES = ["docs/testing.md", "docs/checker.md", "docs/conformance.md", "docs/replay.md", "README.md"]
+PYTHON_PAGES = ["docs/testing.md", "docs/checker.md", "docs/conformance.md", "docs/replay.md", "docs/config.md",
+                "README.md"]
 TRANSCRIPT_PAGES = ["docs/replay.md"]
 
 _BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.S)

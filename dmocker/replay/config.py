@@ -62,6 +62,7 @@ __all__ = [
     "LimitsConfig",
     "NAMES",
     "OutputsConfig",
+    "REPORT_ONLY",
     "PlannerConfig",
     "PoolConfig",
     "ReplayConfig",
@@ -76,6 +77,11 @@ __all__ = [
     "parse_value",
     "resolve_name",
 ]
+
+
+REPORT_ONLY = ("capped",)
+"""Keys the report adds to its ``config`` section about the run's outcome (``capped``: the time
+cap stopped the run); read back, they are skipped."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +115,10 @@ class ReplayConfig:
 
     @staticmethod
     def from_json(data: object) -> ReplayConfig:
-        """The configuration from its file form (a parsed TOML or JSON object)."""
+        """The configuration from its file form (a parsed TOML or JSON object; a report's
+        ``config`` section too: its :data:`REPORT_ONLY` keys are skipped)."""
+        if isinstance(data, Mapping):
+            data = {k: v for k, v in data.items() if k not in REPORT_ONLY}
         config = SCHEMA.build(ReplayConfig, data)
         assert isinstance(config, ReplayConfig)
         return config

@@ -20,11 +20,7 @@ import tomllib
 from .config import ReplayConfig
 from .config_schema import ConfigError
 
-__all__ = ["load_config", "field_line", "REPORT_ONLY"]
-
-REPORT_ONLY = ("capped",)
-"""Keys a report writes into its ``config`` section about the run's outcome; read back, they are
-skipped (``capped``: the time cap stopped the run)."""
+__all__ = ["load_config", "field_line"]
 
 _TOML_ERROR_AT = re.compile(r"\(at line (\d+), column \d+\)")
 
@@ -43,8 +39,6 @@ def load_config(path: str | os.PathLike[str]) -> ReplayConfig:
     data = _parse(name, text, is_json)
     if isinstance(data, dict) and isinstance(data.get("config"), dict) and "summary" in data:
         data = data["config"]  # a whole report
-    if isinstance(data, dict):
-        data = {k: v for k, v in data.items() if k not in REPORT_ONLY}
     try:
         return ReplayConfig.from_json(data)
     except ConfigError as exc:
@@ -103,23 +97,24 @@ def _toml_keys(text: str) -> list[str]:
 
 
 def _toml_line(text: str, parts: list[str]) -> int | None:
+    """The field's own line; else the line of the longest table or key holding it."""
     table: list[str] = []
-    best: int | None = None
+    best: tuple[int, int] | None = None  # (depth, line)
     for n, line in enumerate(text.splitlines(), start=1):
         header = _TOML_HEADER.match(line)
+        key = None if header else _TOML_KEY.match(line)
         if header:
             table = _toml_keys(header.group(1))
-            if table == parts:
-                best = n
-            continue
-        key = _TOML_KEY.match(line)
-        if key:
+            full = table
+        elif key:
             full = table + _toml_keys(key.group(1))
-            if full == parts:
-                return n
-            if best is None and full == parts[:len(full)]:
-                best = n  # an inline table or a list holding the field
-    return best
+        else:
+            continue
+        if full == parts and key:
+            return n
+        if full == parts[:len(full)] and (best is None or len(full) > best[0]):
+            best = (len(full), n)
+    return best[1] if best is not None else None
 
 
 def _json_line(text: str, parts: list[str]) -> int | None:

@@ -66,6 +66,10 @@ class ConfigError(ValueError):
                            line=self.line if self.line is not None else line)
 
 
+class _Mismatch(ConfigError):
+    """A value of the wrong kind (a union tries its next alternative)."""
+
+
 class PythonObject:
     """Stand-in type for a field that also takes a Python object (a planner, a coordinator
     factory, a workload); the field's :data:`Check` says what is acceptable."""
@@ -133,7 +137,7 @@ def _kind_name(hint: object) -> str:
     if typing.get_origin(hint) is tuple:
         return "a list"
     if hint is PythonObject:
-        return "a Python object"
+        return "a Python object (given from Python only)"
     args = _union_args(hint)
     if args is not None:
         return " or ".join("null" if a is type(None) else _kind_name(a) for a in args)
@@ -146,7 +150,9 @@ class Schema:
     ``bounds`` and ``checks`` are keyed by ``(dataclass, field name)``; ``namespace`` resolves
     annotation names that exist only for the type checker (a planner protocol, a workload
     protocol: :class:`PythonObject` at run time); ``text_of`` gives the file form of a Python
-    object; ``text_forms`` lets a dataclass also be written as one string (parse, format).
+    object; ``text_forms`` lets a dataclass also be written as one string (parse, format);
+    ``table_defaults`` gives, for a dataclass, the instance a partial table starts from (when it
+    is not the class's own defaults).
     """
 
     def __init__(
@@ -157,12 +163,14 @@ class Schema:
         namespace: Mapping[str, object],
         text_of: Callable[[object], str],
         text_forms: Mapping[type, tuple[Callable[[str], object], Callable[[object], str]]],
+        table_defaults: Mapping[type, object],
     ) -> None:
         self._bounds = dict(bounds)
         self._checks = dict(checks)
         self._namespace = dict(namespace)
         self._text_of = text_of
         self._text_forms = dict(text_forms)
+        self._table_defaults = dict(table_defaults)
         self._fields: dict[type, tuple[FieldInfo, ...]] = {}
 
     # ---- fields ----------------------------------------------------------------------------
@@ -231,9 +239,11 @@ class Schema:
                 if key not in names:
                     raise ConfigError(f"unknown field (known: {', '.join(sorted(names))})",
                                       field=f"{path}{key}")
-            values = dict(data)
+            start = self._table_defaults.get(cls)
+            values = {f.name: getattr(start, f.name) for f in self.fields(cls)} if start is not None else {}
+            values.update(data)
         else:
-            raise ConfigError(f"must be a table, got {_show(data)}", field=path.rstrip(".") or None)
+            raise _Mismatch(f"must be a table, got {_show(data)}", field=path.rstrip(".") or None)
         out: dict[str, object] = {}
         for f in self.fields(cls):
             where = f"{path}{f.name}"
@@ -270,18 +280,15 @@ class Schema:
             if value is None:
                 if type(None) in args:
                     return None
-                raise ConfigError(f"must be {_kind_name(hint)}, got null", field=path)
-            last: ConfigError | None = None
+                raise _Mismatch(f"must be {_kind_name(hint)}, got null", field=path)
             for alt in args:
                 if alt is type(None):
                     continue
                 try:
                     return self._convert(alt, value, path)
-                except ConfigError as exc:
-                    last = exc
-            if len([a for a in args if a is not type(None)]) == 1 and last is not None:
-                raise last
-            raise ConfigError(f"must be {_kind_name(hint)}, got {_show(value)}", field=path)
+                except _Mismatch:
+                    continue
+            raise _Mismatch(f"must be {_kind_name(hint)}, got {_show(value)}", field=path)
         if hint is bool:
             if isinstance(value, bool):
                 return value
@@ -321,8 +328,8 @@ class Schema:
         elif hint is PythonObject:
             if value is not None and not isinstance(value, (bool, int, float, str, list, dict)):
                 return value
-            raise ConfigError(f"must be a Python object (given from Python only), got {_show(value)}", field=path)
-        raise ConfigError(f"must be {_kind_name(hint)}, got {_show(value)}", field=path)
+            raise _Mismatch(f"must be a Python object (given from Python only), got {_show(value)}", field=path)
+        raise _Mismatch(f"must be {_kind_name(hint)}, got {_show(value)}", field=path)
 
     def _item(self, item: object, value: object, path: str) -> object:
         if isinstance(item, type) and isinstance(value, item):

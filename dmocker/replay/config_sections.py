@@ -260,8 +260,6 @@ _BOUNDS: dict[tuple[type, str], Bound] = {
     **{(PoolConfig, n): _AT_LEAST_1 for n in (
         "block_size", "num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
         "max_prefill_tokens", "chunked_prefill_size", "clip_max_new_tokens", "new_token_ratio_decay_steps")},
-    (PoolConfig, "speedup_ratio"): _ABOVE_0,
-    (PoolConfig, "decode_speedup_ratio"): _ABOVE_0,
     (PoolConfig, "schedule_conservativeness"): _ABOVE_0,
     (PoolConfig, "fixed_prefill_ms"): _AT_LEAST_0,
     (PoolConfig, "fixed_decode_ms"): _AT_LEAST_0,
@@ -331,4 +329,6 @@ SCHEMA = Schema(
     text_of=_text_of,
     # A crash is written as the --worker-crash text (``decode:0@2500``); a table is read too.
     text_forms={WorkerCrash: (parse_worker_crash, _crash_label)},
+    # A file's [workload.synthetic] table changes the built-in default workload.
+    table_defaults={SyntheticSpec: DEFAULT_SYNTHETIC},
 )

@@ -29,7 +29,10 @@ def test_replay_matches_reference(key: str) -> None:
     if mode:
         kv = dict(kv_transfer_bandwidth=1.0, kv_bytes_per_token=131072,
                   kv_transfer_timing_mode=mode[0])
-    summary = run(ReplayConfig.from_values({"trace": str(DATA / f"{trace}.jsonl"), "prefill_workers": 2, "decode_workers": 2, "engine": backend, "block_size": 64, **kv})).summary  # type: ignore[arg-type]
+    summary = run(ReplayConfig.from_values({
+        "trace": str(DATA / f"{trace}.jsonl"), "prefill_workers": 2, "decode_workers": 2, "engine": backend,
+        "block_size": 64, **kv,
+    })).summary
     expected = GOLDEN[key]
     for field, value in expected.items():
         assert summary[field] == pytest.approx(value, rel=1e-6, abs=1e-6), field

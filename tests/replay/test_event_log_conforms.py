@@ -17,7 +17,10 @@ from .helpers import fake_run
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_replay_event_log_conforms(tmp_path: Path, engine: str, capsys: pytest.CaptureFixture[str]) -> None:
     ev = tmp_path / "events.jsonl"
-    run(ReplayConfig.from_values({"synthetic": 30, "rate": 30.0, "isl_mean": 900, "osl_mean": 8, "engine": engine, "block_size": 64, "events": ev, "kv_transfer_bandwidth": 10.0, "kv_bytes_per_token": 131072}))
+    run(ReplayConfig.from_values({
+        "synthetic": 30, "rate": 30.0, "isl_mean": 900, "osl_mean": 8, "engine": engine, "block_size": 64,
+        "events": ev, "kv_transfer_bandwidth": 10.0, "kv_bytes_per_token": 131072,
+    }))
     assert conform_main([str(ev)]) == 0
     assert "CONFORMS" in capsys.readouterr().out
 

@@ -48,7 +48,9 @@ def test_bad_crashes_are_rejected() -> None:
     with pytest.raises(ValueError, match="finite time"):
         FaultPlan(restart_s=-1.0)
     with pytest.raises(ValueError, match="decode pool has 2 worker"):
-        run(ReplayConfig.from_values({"synthetic": 3, "faults": FaultPlan(crashes=(WorkerCrash(Pool.DECODE, 2, 10.0),))}))
+        run(ReplayConfig.from_values({
+            "synthetic": 3, "faults": FaultPlan(crashes=(WorkerCrash(Pool.DECODE, 2, 10.0),)),
+        }))
 
 
 def test_cli_bad_fault_flags_exit_2_and_write_nothing(tmp_path: Path) -> None:
@@ -104,8 +106,13 @@ def test_faulty_runs_hold_every_invariant_and_rerun_byte_identically(tmp_path: P
 
 
 def test_zero_rates_change_nothing(tmp_path: Path) -> None:
-    plain = run(ReplayConfig.from_values({"synthetic": 60, "per_request": tmp_path / "a.jsonl", "events": tmp_path / "a-e.jsonl"}))
-    zero = run(ReplayConfig.from_values({"synthetic": 60, "per_request": tmp_path / "b.jsonl", "events": tmp_path / "b-e.jsonl", "faults": FaultPlan()}))
+    plain = run(ReplayConfig.from_values({
+        "synthetic": 60, "per_request": tmp_path / "a.jsonl", "events": tmp_path / "a-e.jsonl",
+    }))
+    zero = run(ReplayConfig.from_values({
+        "synthetic": 60, "per_request": tmp_path / "b.jsonl", "events": tmp_path / "b-e.jsonl",
+        "faults": FaultPlan(),
+    }))
     assert plain.to_json() == zero.to_json()
     assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
     assert (tmp_path / "a-e.jsonl").read_bytes() == (tmp_path / "b-e.jsonl").read_bytes()
@@ -208,7 +215,10 @@ def test_each_fault_kind_at_each_phase(order: HandoffOrder, kind: FaultKind) -> 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_worker_crash_with_and_without_restart(engine: str, restart: float | None) -> None:
     crashes = (WorkerCrash(Pool.DECODE, 0, 1500.0), WorkerCrash(Pool.PREFILL, 1, 2500.0))
-    report = run(ReplayConfig.from_values({"synthetic": 80, "engine": engine, "block_size": 64, "faults": FaultPlan(crashes=crashes, restart_s=restart)}))
+    report = run(ReplayConfig.from_values({
+        "synthetic": 80, "engine": engine, "block_size": 64,
+        "faults": FaultPlan(crashes=crashes, restart_s=restart),
+    }))
     s = report.summary
     assert s["invariants_ok"] is True, s["invariant_breaks"]
     assert s["leaked_kv_blocks"] == 0
@@ -220,7 +230,9 @@ def test_worker_crash_with_and_without_restart(engine: str, restart: float | Non
 
 
 def test_a_pool_crashed_for_good_fails_its_requests() -> None:
-    report = run(ReplayConfig.from_values({"synthetic": 20, "prefill_workers": 1, "faults": FaultPlan(crashes=(WorkerCrash(Pool.PREFILL, 0, 200.0),))}))
+    report = run(ReplayConfig.from_values({
+        "synthetic": 20, "prefill_workers": 1, "faults": FaultPlan(crashes=(WorkerCrash(Pool.PREFILL, 0, 200.0),)),
+    }))
     s = report.summary
     assert s["invariants_ok"] is True, s["invariant_breaks"]
     assert s["completed_requests"] + s["failed_requests"] == 20  # type: ignore[operator]
@@ -277,7 +289,10 @@ def test_a_leak_planted_in_an_engine_is_caught() -> None:
 
 def test_a_request_is_never_decoded_after_it_failed_before_activation(tmp_path: Path) -> None:
     plan = FaultPlan(fail_rate=0.3, timeout_rate=0.3, seed=4)
-    run(ReplayConfig.from_values({"synthetic": 60, "kv_transfer_bandwidth": 20.0, "kv_bytes_per_token": 200_000, "faults": plan, "per_request": tmp_path / "r.jsonl"}))
+    run(ReplayConfig.from_values({
+        "synthetic": 60, "kv_transfer_bandwidth": 20.0, "kv_bytes_per_token": 200_000, "faults": plan,
+        "per_request": tmp_path / "r.jsonl",
+    }))
     failed_early = 0
     for line in (tmp_path / "r.jsonl").read_text().splitlines():
         rec = json.loads(line)
@@ -291,7 +306,10 @@ def test_a_request_is_never_decoded_after_it_failed_before_activation(tmp_path: 
 def test_failures_include_failed_submits_and_reservations(tmp_path: Path, engine: str) -> None:
     """Half the failures are a FAILED outcome of the first or second acquiring command: the
     command never reaches a worker, so the request has no worker on that side."""
-    report = run(ReplayConfig.from_values({"synthetic": 40, "engine": engine, "block_size": 64, "faults": FaultPlan(fail_rate=1.0, seed=2), "per_request": tmp_path / "r.jsonl", "events": tmp_path / "e.jsonl"}))
+    report = run(ReplayConfig.from_values({
+        "synthetic": 40, "engine": engine, "block_size": 64, "faults": FaultPlan(fail_rate=1.0, seed=2),
+        "per_request": tmp_path / "r.jsonl", "events": tmp_path / "e.jsonl",
+    }))
     assert report.summary["invariants_ok"] is True, report.summary["invariant_breaks"]
     first, second = ("prefill_worker_idx", "decode_worker_idx")[:: 1 if engine == "vllm" else -1]
     recs = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]

@@ -26,7 +26,9 @@ def _md5(path: Path) -> str:
 def _outputs(tmp: Path, tag: str, **kw: object) -> tuple[str, str, str]:
     """md5s of the report (its config without the coordinator, which is what differs), the
     per-request records and the event log."""
-    report = run(ReplayConfig.from_values({"per_request": tmp / f"{tag}.jsonl", "events": tmp / f"{tag}-e.jsonl", **kw}))
+    report = run(ReplayConfig.from_values({
+        "per_request": tmp / f"{tag}.jsonl", "events": tmp / f"{tag}-e.jsonl", **kw,
+    }))
     config = {k: v for k, v in report.config.items() if k != "coordinator"}
     dataclasses.replace(report, config=config).write(tmp / f"{tag}.json")
     assert report.summary["invariants_ok"] is True, report.summary["invariant_breaks"]

@@ -42,7 +42,9 @@ def test_kv_routing_raises_prefix_reuse_over_round_robin_on_sessions(engine: str
 
 def test_records_carry_the_overlap_the_router_saw_and_decode_overrides_are_forced(tmp_path: Path) -> None:
     out = tmp_path / "r.jsonl"
-    run(ReplayConfig.from_values({**SESSIONS, "engine": "vllm", "prefill_workers": 3, "decode_workers": 2, "router": "kv", "per_request": out}))
+    run(ReplayConfig.from_values({
+        **SESSIONS, "engine": "vllm", "prefill_workers": 3, "decode_workers": 2, "router": "kv", "per_request": out,
+    }))
     recs = _records(out)
     assert all(r["decode_route_overlap_tokens"] == 0 for r in recs)  # decode: no overlap credit
     later = [r for r in recs if r["turn_index"] > 0]
@@ -53,7 +55,10 @@ def test_records_carry_the_overlap_the_router_saw_and_decode_overrides_are_force
 
 def test_pools_are_routed_separately(tmp_path: Path) -> None:
     out = tmp_path / "r.jsonl"
-    run(ReplayConfig.from_values({**SESSIONS, "engine": "sglang", "block_size": 64, "prefill_workers": 3, "decode_workers": 1, "router": "kv", "per_request": out}))
+    run(ReplayConfig.from_values({
+        **SESSIONS, "engine": "sglang", "block_size": 64, "prefill_workers": 3, "decode_workers": 1, "router": "kv",
+        "per_request": out,
+    }))
     recs = _records(out)
     assert {r["decode_worker_idx"] for r in recs} == {0}
     assert {r["prefill_worker_idx"] for r in recs} <= {0, 1, 2}
@@ -109,7 +114,9 @@ def test_cleanup_frees_every_route_and_restores_prefix_routing(threshold: float 
 def test_queue_threshold_runs_to_completion_with_every_policy() -> None:
     base = {"workload.synthetic": SyntheticSpec(requests=80, rate=400.0, isl_mean=1500, osl_mean=10, seed=3),
             "engine": "vllm", "prefill_workers": 2, "decode_workers": 2, "router": "kv"}
-    outs = [run(ReplayConfig.from_values({**base, "router.kv": RouterConfig(router_queue_threshold=0.1, router_queue_policy=p)}))  # type: ignore[arg-type]
+    outs = [run(ReplayConfig.from_values({
+        **base, "router.kv": RouterConfig(router_queue_threshold=0.1, router_queue_policy=p),
+    }))
             for p in ("fcfs", "lcfs", "wspt")]
     assert all(o.summary["completed_requests"] == 80 for o in outs)
     assert len({o.summary["mean_ttft_ms"] for o in outs}) > 1  # the policy matters under a backlog
@@ -120,7 +127,10 @@ def test_user_router_is_told_everything_and_its_choice_is_used(tmp_path: Path) -
 
     LastWorker.made.clear()
     out = tmp_path / "r.jsonl"
-    report = run(ReplayConfig.from_values({**SESSIONS, "engine": "vllm", "prefill_workers": 3, "decode_workers": 2, "router": "tests.replay.user_routers:LastWorker", "per_request": out}))
+    report = run(ReplayConfig.from_values({
+        **SESSIONS, "engine": "vllm", "prefill_workers": 3, "decode_workers": 2,
+        "router": "tests.replay.user_routers:LastWorker", "per_request": out,
+    }))
     recs = _records(out)
     assert {r["prefill_worker_idx"] for r in recs} == {2} and {r["decode_worker_idx"] for r in recs} == {1}
     assert report.summary["router_mode"] == "tests.replay.user_routers:LastWorker"

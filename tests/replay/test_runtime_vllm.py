@@ -26,7 +26,10 @@ def _events(path: Path) -> list[dict[str, object]]:
 
 def test_lifecycle_causality_and_decode_only_report(tmp_path: Path) -> None:
     rec = tmp_path / "r.jsonl"
-    report = run(ReplayConfig.from_values({"synthetic": 60, "rate": 30.0, "isl_mean": 1500, "osl_mean": 30, "per_request": rec, "kv_transfer_bandwidth": 10.0, "kv_bytes_per_token": 131072}))
+    report = run(ReplayConfig.from_values({
+        "synthetic": 60, "rate": 30.0, "isl_mean": 1500, "osl_mean": 30, "per_request": rec,
+        "kv_transfer_bandwidth": 10.0, "kv_bytes_per_token": 131072,
+    }))
     assert report.summary["completed_requests"] == 60
     for r in _records(rec):
         assert r["prefill_admit_ms"] < r["source_held_ms"] <= r["destination_reserved_ms"]  # type: ignore[operator]
@@ -41,7 +44,10 @@ def test_transfer_delay_matches_the_formula(tmp_path: Path) -> None:
     # 1275 tokens x 131072 B at 10 GB/s = 16.711 ms, as Dynamo 1.6.1 reports.
     ev = tmp_path / "e.jsonl"
     trace = _trace(tmp_path, [{"timestamp": 0, "input_length": 1275, "output_length": 3, "hash_ids": [1, 2, 3]}])
-    run(ReplayConfig.from_values({"trace": trace, "prefill_workers": 1, "decode_workers": 1, "kv_transfer_bandwidth": 10.0, "kv_bytes_per_token": 131072, "events": ev}))
+    run(ReplayConfig.from_values({
+        "trace": trace, "prefill_workers": 1, "decode_workers": 1, "kv_transfer_bandwidth": 10.0,
+        "kv_bytes_per_token": 131072, "events": ev,
+    }))
     t = {e["event"]: e["t_ms"] for e in _events(ev)}
     assert t["transfer_completed"] - t["transfer_started"] == pytest.approx(16.711, abs=1e-3)  # type: ignore[operator]
 
@@ -52,7 +58,10 @@ def test_destination_missing_charges_only_what_the_destination_lacks(tmp_path: P
     rows = [{"timestamp": 0, "input_length": 1000, "output_length": 2, "hash_ids": [7, 8]},
             {"timestamp": 5000, "input_length": 1000, "output_length": 2, "hash_ids": [7, 8]}]
     ev = tmp_path / "e.jsonl"
-    run(ReplayConfig.from_values({"trace": _trace(tmp_path, rows), "prefill_workers": 1, "decode_workers": 1, "kv_transfer_bandwidth": 1.0, "kv_bytes_per_token": 1_000_000, "kv_transfer_timing_mode": "destination-missing", "events": ev}))
+    run(ReplayConfig.from_values({
+        "trace": _trace(tmp_path, rows), "prefill_workers": 1, "decode_workers": 1, "kv_transfer_bandwidth": 1.0,
+        "kv_bytes_per_token": 1_000_000, "kv_transfer_timing_mode": "destination-missing", "events": ev,
+    }))
     events = _events(ev)
     dur = {}
     for h in (0, 1):
@@ -68,7 +77,10 @@ def test_full_prompt_mode_ignores_destination_cache(tmp_path: Path) -> None:
     rows = [{"timestamp": 0, "input_length": 1000, "output_length": 2, "hash_ids": [7, 8]},
             {"timestamp": 5000, "input_length": 1000, "output_length": 2, "hash_ids": [7, 8]}]
     ev = tmp_path / "e.jsonl"
-    run(ReplayConfig.from_values({"trace": _trace(tmp_path, rows), "prefill_workers": 1, "decode_workers": 1, "kv_transfer_bandwidth": 1.0, "kv_bytes_per_token": 1_000_000, "events": ev}))
+    run(ReplayConfig.from_values({
+        "trace": _trace(tmp_path, rows), "prefill_workers": 1, "decode_workers": 1, "kv_transfer_bandwidth": 1.0,
+        "kv_bytes_per_token": 1_000_000, "events": ev,
+    }))
     events = _events(ev)
     for h in (0, 1):
         t = {e["event"]: e["t_ms"] for e in events if e["handoff"] == h}
@@ -79,7 +91,9 @@ def test_hidden_prefill_reports_reuse(tmp_path: Path) -> None:
     rows = [{"timestamp": 0, "input_length": 2048, "output_length": 2, "hash_ids": [1, 2, 3, 4]},
             {"timestamp": 3000, "input_length": 2048, "output_length": 2, "hash_ids": [1, 2, 3, 9]}]
     rec = tmp_path / "r.jsonl"
-    report = run(ReplayConfig.from_values({"trace": _trace(tmp_path, rows), "prefill_workers": 1, "decode_workers": 1, "per_request": rec}))
+    report = run(ReplayConfig.from_values({
+        "trace": _trace(tmp_path, rows), "prefill_workers": 1, "decode_workers": 1, "per_request": rec,
+    }))
     second = _records(rec)[1]
     assert second["prefill_reused_input_tokens"] == 1536
     assert second["reused_input_tokens"] == 1536
@@ -89,7 +103,10 @@ def test_hidden_prefill_reports_reuse(tmp_path: Path) -> None:
 def test_chunked_prefill_holds_the_handoff_until_materialized(tmp_path: Path) -> None:
     rows = [{"timestamp": 0, "input_length": 20000, "output_length": 3, "hash_ids": list(range(40))}]
     rec, ev = tmp_path / "r.jsonl", tmp_path / "e.jsonl"
-    run(ReplayConfig.from_values({"trace": _trace(tmp_path, rows), "prefill_workers": 1, "decode_workers": 1, "per_request": rec, "events": ev}))
+    run(ReplayConfig.from_values({
+        "trace": _trace(tmp_path, rows), "prefill_workers": 1, "decode_workers": 1, "per_request": rec,
+        "events": ev,
+    }))
     r = _records(rec)[0]
     kinds = [e["event"] for e in _events(ev)]
     assert kinds.count("source_held") == 1
@@ -100,7 +117,9 @@ def test_chunked_prefill_holds_the_handoff_until_materialized(tmp_path: Path) ->
 
 
 def test_prompt_larger_than_the_decode_pool_fails_without_stalling() -> None:
-    report = run(ReplayConfig.from_values({"synthetic": 4, "isl_mean": 3000, "osl_mean": 5, "spread": 0.0, "num_gpu_blocks": 20}))
+    report = run(ReplayConfig.from_values({
+        "synthetic": 4, "isl_mean": 3000, "osl_mean": 5, "spread": 0.0, "num_gpu_blocks": 20,
+    }))
     s = report.summary
     assert s["completed_requests"] == 0
     assert s["rejected_requests"] + s["failed_requests"] == 4
@@ -129,7 +148,10 @@ def test_report_round_trip_is_stable(tmp_path: Path) -> None:
 
 
 def test_fixed_timing_option() -> None:
-    report = run(ReplayConfig.from_values({"synthetic": 5, "rate": 1.0, "isl_mean": 1000, "osl_mean": 4, "spread": 0.0, "fixed_prefill_ms": 20.0, "fixed_decode_ms": 5.0}))
+    report = run(ReplayConfig.from_values({
+        "synthetic": 5, "rate": 1.0, "isl_mean": 1000, "osl_mean": 4, "spread": 0.0, "fixed_prefill_ms": 20.0,
+        "fixed_decode_ms": 5.0,
+    }))
     # TTFT = one 20 ms prefill pass + one 5 ms decode pass, with nothing queued at rate 1/s.
     assert report.summary["mean_ttft_ms"] == pytest.approx(25.0)
     assert report.summary["mean_itl_ms"] == pytest.approx(5.0, rel=1e-3)
@@ -137,7 +159,9 @@ def test_fixed_timing_option() -> None:
 
 def test_records_stream_back_through_the_report(tmp_path: Path) -> None:
     rec = tmp_path / "records.jsonl"
-    report = run(ReplayConfig.from_values({"synthetic": 12, "rate": 20.0, "isl_mean": 700, "osl_mean": 5, "per_request": rec}))
+    report = run(ReplayConfig.from_values({
+        "synthetic": 12, "rate": 20.0, "isl_mean": 700, "osl_mean": 5, "per_request": rec,
+    }))
     records = list(report.records())
     assert sorted(r["request_id"] for r in records) == list(range(12))
     fields = {"request_id", "uuid", "arrival_time_ms", "first_admit_ms", "first_token_ms", "last_token_ms",

@@ -94,7 +94,9 @@ def test_recording_changes_nothing_and_records_the_standard_series(engine: str) 
 
 
 def test_long_run_stays_bounded() -> None:
-    rep = run(ReplayConfig.from_values({"synthetic": 300, "rate": 0.5, "isl_mean": 600, "osl_mean": 8, "timeseries": True}))  # ~10 minutes virtual
+    rep = run(ReplayConfig.from_values({
+        "synthetic": 300, "rate": 0.5, "isl_mean": 600, "osl_mean": 8, "timeseries": True,
+    }))  # ~10 minutes virtual
     ts = rep.timeseries
     assert ts is not None and ts.duration_ms > 500_000
     assert all(s.values.shape[0] <= 1024 for s in ts.series.values())

@@ -124,7 +124,9 @@ def test_chromium_renders_the_figures(tmp_path: Path) -> None:
 def test_faults_add_a_failures_section() -> None:
     from dmocker.replay.faults import FaultPlan
 
-    report = run(ReplayConfig.from_values({"timeseries": True, "faults": FaultPlan(cancel_rate=0.1, fail_rate=0.1, seed=4), **SMALL}))
+    report = run(ReplayConfig.from_values({
+        "timeseries": True, "faults": FaultPlan(cancel_rate=0.1, fail_rate=0.1, seed=4), **SMALL,
+    }))
     causes = report.summary["failures_by_cause"]
     assert isinstance(causes, dict) and causes["client_cancel"] and causes["action_failed"]
     page = render_html(report)
