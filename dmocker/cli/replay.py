@@ -21,7 +21,7 @@ from typing import Sequence
 
 from dmocker.handoff import HandoffError
 from dmocker.replay.api import run as replay_run
-from dmocker.replay.config import ConfigError
+from dmocker.replay.config import ConfigError, headline
 from dmocker.replay.events import DeadEndError, ReplayInvariantError
 from dmocker.replay.planner import PlannerError
 from dmocker.replay.report import JsonValue, Report
@@ -30,7 +30,7 @@ from dmocker.replay.workload import WorkloadError
 from .config_flags import add_config_flags, config_from_args
 from .io import check_out_dir
 
-__all__ = ["add_parser", "configure", "config_headline", "run", "main", "render_summary", "report_invariants"]
+__all__ = ["add_parser", "configure", "run", "main", "render_summary", "report_invariants"]
 
 
 def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -106,31 +106,11 @@ def render_summary(report: Report) -> str:
     if "goodput_completed_requests" in s:
         rows.append(("goodput_completed_requests", _fmt(s["goodput_completed_requests"])))
         rows.append(("goodput_request_throughput_rps", _fmt(s["goodput_request_throughput_rps"])))
-    head = f"dmocker replay: {config_headline(report.config)}"
+    head = f"dmocker replay: {headline(report.config)}"
     width = max(len(k) for k, _ in rows)
     lines = [head, "-" * len(head)]
     lines += [f"{k.ljust(width)}  {v}" for k, v in rows]
     return "\n".join(lines) + "\n"
-
-
-def _table(cfg: dict[str, JsonValue], name: str) -> dict[str, JsonValue]:
-    section = cfg.get(name)
-    return section if isinstance(section, dict) else {}
-
-
-def config_headline(cfg: dict[str, JsonValue]) -> str:
-    """``vllm 2P+2D, synthetic 300 requests @ 15.0 req/s (seed 0)`` from a report's config."""
-    cluster, workload, router = _table(cfg, "cluster"), _table(cfg, "workload"), _table(cfg, "router")
-    trace, synthetic = workload.get("trace"), workload.get("synthetic")
-    if isinstance(trace, dict):
-        what = f"trace {trace.get('path')}"
-    elif isinstance(synthetic, dict):
-        what = f"synthetic {synthetic.get('requests')} requests @ {synthetic.get('rate')} req/s (seed {synthetic.get('seed')})"
-    else:
-        what = "an explicit workload"
-    name = router.get("name", "round-robin")
-    return (f"{cluster.get('engine')} {cluster.get('prefill_workers')}P+{cluster.get('decode_workers')}D, {what}"
-            + (f", router {name}" if name not in ("round-robin", "round_robin") else ""))
 
 
 def run(args: argparse.Namespace) -> int:

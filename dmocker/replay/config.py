@@ -74,6 +74,7 @@ __all__ = [
     "WorkloadKind",
     "axis_field",
     "field_paths",
+    "headline",
     "parse_value",
     "resolve_name",
 ]
@@ -181,6 +182,27 @@ class ReplayConfig:
             )
             out.append(args.validate())
         return out[0], out[1]
+
+
+def headline(config: Mapping[str, JsonValue]) -> str:
+    """``vllm 2P+2D, synthetic 300 requests @ 15.0 req/s (seed 0)``: what a report's ``config``
+    section (the file form) ran, in one line."""
+
+    def table(value: JsonValue | None) -> Mapping[str, JsonValue]:
+        return value if isinstance(value, dict) else {}
+
+    cluster, workload, router = (table(config.get(k)) for k in ("cluster", "workload", "router"))
+    trace, synthetic = table(workload.get("trace")), table(workload.get("synthetic"))
+    if trace:
+        what = f"trace {trace.get('path')}"
+    elif synthetic:
+        what = (f"synthetic {synthetic.get('requests')} requests @ {synthetic.get('rate')} req/s "
+                f"(seed {synthetic.get('seed')})")
+    else:
+        what = "an explicit workload"
+    name = router.get("name", "round-robin")
+    return (f"{cluster.get('engine')} {cluster.get('prefill_workers')}P+{cluster.get('decode_workers')}D, {what}"
+            + (f", router {name}" if name != "round-robin" else ""))
 
 
 # ---- checks across fields ----------------------------------------------------------------------

@@ -12,6 +12,7 @@ import html
 import math
 from collections.abc import Iterator
 
+from dmocker.replay.config import headline as config_headline
 from dmocker.replay.report import JsonValue, Report
 from dmocker.replay.timeseries import KNOWN_SERIES, TimeSeries
 
@@ -82,7 +83,7 @@ def render_html(report: Report) -> str:
         raise ValueError("this replay was run without time series (run(..., timeseries=True))")
     cfg = report.config
     s = report.summary
-    head = (f"{cfg.get('engine')} {cfg.get('prefill_workers')}P+{cfg.get('decode_workers')}D, "
+    head = (f"{config_headline(cfg)}: "
             f"{s.get('completed_requests')} / {s.get('num_requests')} requests completed in "
             f"{_fmt(s.get('duration_ms'))} ms of virtual time")
     parts = [
