@@ -25,7 +25,7 @@ from dmocker.replay.report import stable_json
 from dmocker.replay.workload import WorkloadError
 from dmocker.sweep.grid import AXES, ConfigValue, GridError, axis_for, parse_axis
 
-from .config_flags import add_config_flags, config_from_args
+from .config_flags import add_config_flags, config_from_args, given_values
 from .io import check_out_dir, float_arg, int_arg, int_at_least
 
 __all__ = ["add_parser", "configure", "run", "main"]
@@ -144,6 +144,10 @@ def run(args: argparse.Namespace) -> int:
             del axes[key]
         # The base: the file and the flags that are not axes, then the single values.
         base_args = argparse.Namespace(**{**ns, **{a.key: None for a in AXES}})
+        swept = {p for key in axes for p in resolve_name(key)}
+        for name in given_values(base_args):  # a flag every field of which is swept would do nothing
+            if set(resolve_name(name)) <= swept:
+                raise GridError(f"--{name.replace('_', '-')} is also swept (--vary); give it once")
         base = config_from_args(base_args, single)
         plan = plan_sweep(base, axes, sla_attainment=args.sla_attainment,
                           max_rate=args.max_rate, search_steps=args.search_steps)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import os
 import time
 from typing import IO, TYPE_CHECKING
 

@@ -134,6 +134,7 @@ def test_failing_configuration_is_recorded_and_the_sweep_goes_on(
         (["--vary", "faults.crashes=1,2"], "cannot be swept"),
         (["--vary", "prefill_workers=1,2", "--prefill-workers", "3,4"], "already swept"),
         (["--vary", "cluster.prefill_workers=1,2", "--prefill-workers", "3,4"], "already swept"),
+        (["--vary", "max_num_seqs=4,8", "--max-num-seqs", "16"], "--max-num-seqs is also swept"),
     ],
 )
 def test_bad_input_exits_2_before_anything_runs(
@@ -213,3 +214,23 @@ def test_router_axis_rows_equal_single_replays() -> None:
         assert row.summary == single.summary
         modes.append(row.summary.get("router_mode", "round_robin"))
     assert modes == ["round_robin", "kv_router"]
+
+
+def test_vary_sweeps_any_field_by_name(tmp_path: Path) -> None:
+    """``--vary`` takes a dotted path (one pool) or a name (both pools), numbers and switches; each
+    row is the single replay of the base configuration with the row's values."""
+    code, data = _sweep_json(tmp_path, "sweep.json", [*WORKLOAD, "--vary", "decode.max_num_seqs=2,64",
+                                                      "--vary", "enable_prefix_caching=true,false", "--jobs", "2"])
+    assert code == 0
+    doc = json.loads(data)
+    # Expanded in the configuration's field order (prefill's fields before decode's), the last fastest.
+    assert [r["config"] for r in doc["runs"]] == [
+        {"decode.max_num_seqs": m, "enable_prefix_caching": c} for c in (True, False) for m in (2, 64)]
+    base = ReplayConfig.from_json(doc["base"])
+    assert base == ReplayConfig.from_values({k: v for k, v in BASE.items() if k != "sla_ttft_ms"}).resolved()
+    summaries = []
+    for run in doc["runs"]:
+        single = replay_run(base.with_values(run["config"]))
+        assert run["summary"] == json.loads(single.to_json())["summary"]
+        summaries.append(json.dumps(run["summary"], sort_keys=True))
+    assert len(set(summaries)) == 4  # every field swept changes the replay
