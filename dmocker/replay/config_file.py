@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tomllib
 
 from .config import ReplayConfig
 from .config_schema import ConfigError
@@ -71,6 +70,8 @@ def _parse(name: str, text: str, is_json: bool) -> object:
             return json.loads(text)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"not valid JSON: {exc.msg} (column {exc.colno})", file=name, line=exc.lineno) from None
+    import tomllib  # here: a replay that reads no TOML file does not load the parser
+
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
