@@ -137,16 +137,15 @@ class ReplayConfig:
 
     def resolved(self) -> ReplayConfig:
         """The same run with the defaults that depend on other fields written in."""
-        backend = Backend.parse(self.cluster.engine)
-        pools = {}
-        for name in ("prefill", "decode"):
-            pool: PoolConfig = getattr(self, name)
-            if pool.block_size is None:
-                pools[name] = dataclasses.replace(pool, block_size=EngineArgs(backend=backend).page_tokens)
+        block_size = EngineArgs(backend=self.backend).page_tokens  # the engine's default
+
+        def pool(p: PoolConfig) -> PoolConfig:
+            return dataclasses.replace(p, block_size=block_size) if p.block_size is None else p
+
         workload = self.workload
         if workload.kind is WorkloadKind.SYNTHETIC and workload.synthetic is None:
             workload = dataclasses.replace(workload, synthetic=DEFAULT_SYNTHETIC)
-        return dataclasses.replace(self, workload=workload, **pools)  # type: ignore[arg-type]
+        return dataclasses.replace(self, prefill=pool(self.prefill), decode=pool(self.decode), workload=workload)
 
     # ---- by name -----------------------------------------------------------------------------
 
