@@ -19,7 +19,7 @@ _gc.disable()
 try:
     from typing import TYPE_CHECKING
 
-    from .api import DEFAULT_SYNTHETIC, DecodeStepping, run, run_pass_by_pass
+    from .api import DEFAULT_SYNTHETIC, run, run_pass_by_pass
     from .collector import TerminalStatus
     from .config import (
         ClusterConfig,
@@ -68,7 +68,6 @@ __all__ = [
     "ConfigError",
     "DEFAULT_SYNTHETIC",
     "DeadEndError",
-    "DecodeStepping",
     "FaultPlan",
     "LimitsConfig",
     "OutputsConfig",

@@ -77,10 +77,10 @@ def _figure(svg: str) -> str:
 
 
 def render_html(report: Report) -> str:
-    """The page for ``report`` (needs ``report.timeseries``: ``run(..., timeseries=True)``)."""
+    """The page for ``report`` (needs ``report.timeseries``: the configuration's ``outputs.timeseries``)."""
     ts = report.timeseries
     if ts is None:
-        raise ValueError("this replay was run without time series (run(..., timeseries=True))")
+        raise ValueError("this replay was run without time series (set outputs.timeseries in its configuration)")
     cfg = report.config
     s = report.summary
     head = (f"{config_headline(cfg)}: "
