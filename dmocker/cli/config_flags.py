@@ -11,6 +11,7 @@ the same flags with ``axes``: those take a comma list or a range instead of one 
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
@@ -153,6 +154,7 @@ def flag_of(field: str | None, given: Collection[str]) -> str | None:
     ``decode.max_num_seqs``), or None."""
     if field is None:
         return None
+    field = re.sub(r"\[\d+\]$", "", field)  # an item of a list: the list's flag
     for name in given:
         for path in NAMES.get(name, ()):
             tail = path.removeprefix(SOURCE)

@@ -294,6 +294,8 @@ def test_flags_override_the_file_and_name_themselves(tmp_path: Path, capsys: pyt
     assert "--worker-crash: field 'faults.crashes'" in capsys.readouterr().err
     assert replay_main(["--config", str(path), "--prefill-workers", "0", "--quiet"]) == 2
     assert "--prefill-workers: field 'cluster.prefill_workers'" in capsys.readouterr().err
+    assert replay_main(["--config", str(path), "--worker-crash", "decode@5", "--quiet"]) == 2
+    assert (err := capsys.readouterr().err).startswith("dmocker replay: error: --worker-crash: field 'faults.crashes[0]'")
     assert replay_main(["--config", str(path), "--turns", "7", "--quiet"]) == 2
     assert "--turns" not in (err := capsys.readouterr().err) and f"{path}:5: field 'workload.synthetic.requests'" in err
 
