@@ -19,7 +19,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from dmocker.replay import run  # noqa: E402
+from dmocker.replay import ReplayConfig, run  # noqa: E402
 from dmocker.replay.faults import FaultPlan, Pool, WorkerCrash  # noqa: E402
 
 
@@ -28,7 +28,9 @@ def _best(repeat: int, **kw: object) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(repeat):
             t0 = time.process_time()
-            run(per_request=os.path.join(tmp, "r.jsonl"), events=os.path.join(tmp, "e.jsonl"), **kw)  # type: ignore[arg-type]
+            run(ReplayConfig.from_values({
+                "per_request": os.path.join(tmp, "r.jsonl"), "events": os.path.join(tmp, "e.jsonl"), **kw,
+            }))
             best = min(best, time.process_time() - t0)
     return best
 

@@ -33,10 +33,12 @@ KEYS = ("gpu_hours", "mean_ttft_ms", "p99_ttft_ms", "completed_requests", "prefi
 
 def replay(trace: str, p: int, d: int, planner: str | None, target: float, startup: float) -> dict[str, object]:
     sys.path.insert(0, ROOT)
-    from dmocker.replay import run
+    from dmocker.replay import ReplayConfig, run
 
-    rep = run(trace, prefill_workers=p, decode_workers=d, planner=planner, sla_ttft_ms=target,
-              startup_time_s=startup if planner else 0.0)
+    rep = run(ReplayConfig.from_values({
+        "trace": trace, "prefill_workers": p, "decode_workers": d, "planner": planner, "sla_ttft_ms": target,
+        "startup_time_s": startup if planner else 0.0,
+    }))
     out: dict[str, object] = {k: rep.summary[k] for k in KEYS}
     if rep.planner is not None:
         pw, dw = rep.planner["prefill_workers"], rep.planner["decode_workers"]

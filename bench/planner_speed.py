@@ -39,17 +39,16 @@ class Every5s:
 
 def child(args: argparse.Namespace) -> None:
     sys.path.insert(0, ROOT)
-    from dmocker.replay import run
+    from dmocker.replay import ReplayConfig, run
 
     planner: object | None = {"none": None, "noop5s": Every5s(), "load": "load"}[args.variant]
-    kw: dict[str, object] = {"engine": args.engine}
+    kw: dict[str, object] = {"engine": args.engine, "planner": planner}
     if args.synthetic:
         kw.update(synthetic=args.synthetic, rate=60.0, isl_mean=2000, osl_mean=200, spread=0.5, prefix_groups=8)
-        source = None
     else:
-        source = args.trace
+        kw["trace"] = args.trace
     t0 = os.times()
-    rep = run(source, planner=planner, **kw)  # type: ignore[arg-type]
+    rep = run(ReplayConfig.from_values(kw))
     t1 = os.times()
     cpu = (t1.user - t0.user) + (t1.system - t0.system)
     ticks = rep.planner["ticks"] if rep.planner is not None else 0

@@ -42,7 +42,7 @@ def _frozen(x: Any) -> Any:
 
 def record(args: argparse.Namespace) -> None:
     from dmocker.engines import block_pool
-    from dmocker.replay import run
+    from dmocker.replay import ReplayConfig, run
 
     cls = block_pool.BlockPool
     keep = {int(x) for x in args.pools.split(",")}
@@ -81,7 +81,7 @@ def record(args: argparse.Namespace) -> None:
                    decode_workers=args.decode_workers, router=args.router)
     if args.block_size:
         options["block_size"] = args.block_size
-    run(args.trace, **options)
+    run(ReplayConfig.from_values({"trace": args.trace, **options}))
     kept = [log for log in logs if log is not None]
     with open(args.out, "wb") as f:
         pickle.dump(kept, f, protocol=5)

@@ -76,18 +76,21 @@ def _engine_kwargs(args: argparse.Namespace) -> dict[str, object]:
 
 def child_dmocker(args: argparse.Namespace) -> None:
     sys.path.insert(0, ROOT)
-    from dmocker.replay import SyntheticSpec, run
+    from dmocker.replay import ReplayConfig, SyntheticSpec, run
 
     records = os.path.join(tempfile.mkdtemp(), "records.jsonl") if args.records else None
     t0 = time.perf_counter()
     c0 = time.process_time()
     if args.trace:
-        report = run(args.trace, prefill_workers=2, decode_workers=2, per_request=records,
-                     router=args.router, **_engine_kwargs(args))  # type: ignore[arg-type]
+        report = run(ReplayConfig.from_values({
+            "trace": args.trace, "prefill_workers": 2, "decode_workers": 2, "per_request": records,
+            "router": args.router, **_engine_kwargs(args),
+        }))
     else:
-        report = run(synthetic=SyntheticSpec(**_spec_kwargs(args)), per_request=records,  # type: ignore[arg-type]
-                     prefill_workers=2, decode_workers=2, router=args.router,
-                     **_engine_kwargs(args))  # type: ignore[arg-type]
+        report = run(ReplayConfig.from_values({
+            "workload.synthetic": SyntheticSpec(**_spec_kwargs(args)), "per_request": records, "prefill_workers": 2,
+            "decode_workers": 2, "router": args.router, **_engine_kwargs(args),
+        }))
     wall = time.perf_counter() - t0
     if records is not None:
         os.remove(records)
@@ -214,13 +217,14 @@ def child_workload(spec: dict[str, object]) -> None:
     t0 = time.perf_counter()
     if spec["role"] == "dmocker":
         sys.path.insert(0, ROOT)
-        from dmocker.replay import run
+        from dmocker.replay import ReplayConfig, run
 
         kw: dict[str, object] = {"engine": engine, "block_size": bs, "kv_transfer_bandwidth": bw,
                                  "kv_bytes_per_token": bpt, "router": spec.get("router", "round-robin")}
-        report = run(str(spec["trace"]), prefill_workers=int(spec["prefill"]),  # type: ignore[call-overload]
-                     decode_workers=int(spec["decode"]), per_request=spec.get("records"),  # type: ignore[call-overload,arg-type]
-                     **kw)  # type: ignore[arg-type]
+        report = run(ReplayConfig.from_values({
+            "trace": str(spec["trace"]), "prefill_workers": int(spec["prefill"]),
+            "decode_workers": int(spec["decode"]), "per_request": spec.get("records"), **kw,
+        }))
         summary: object = report.summary
     else:
         os.environ.setdefault("DYN_LOG", "error")

@@ -75,21 +75,16 @@ def child_reference(case: dict[str, object]) -> None:
 
 def child_dmocker(case: dict[str, object]) -> None:
     sys.path.insert(0, ROOT)
-    from dmocker.replay import run
+    from dmocker.replay import ReplayConfig, run
 
     eng = _case_engine(case)
     t0 = time.perf_counter()
-    report = run(
-        case["trace"],  # type: ignore[arg-type]
-        engine=str(eng["backend"]),
-        block_size=eng.get("block_size"),  # type: ignore[arg-type]
-        kv_transfer_bandwidth=eng.get("kv_transfer_bandwidth"),  # type: ignore[arg-type]
-        kv_bytes_per_token=eng.get("kv_bytes_per_token"),  # type: ignore[arg-type]
-        prefill_workers=int(case["prefill"]),  # type: ignore[call-overload]
-        decode_workers=int(case["decode"]),  # type: ignore[call-overload]
-        router="kv",
-        seed=int(case.get("seed", 0)),  # type: ignore[call-overload]
-    )
+    report = run(ReplayConfig.from_values({
+        "trace": case["trace"], "engine": str(eng["backend"]), "block_size": eng.get("block_size"),
+        "kv_transfer_bandwidth": eng.get("kv_transfer_bandwidth"),
+        "kv_bytes_per_token": eng.get("kv_bytes_per_token"), "prefill_workers": int(case["prefill"]),
+        "decode_workers": int(case["decode"]), "router": "kv", "seed": int(case.get("seed", 0)),
+    }))
     wall = time.perf_counter() - t0
     print(json.dumps([{"wall_s": wall, "summary": {k: report.summary.get(k) for k in METRICS}}]))
 

@@ -24,7 +24,8 @@ DOCS = ROOT / "docs"
 
 # docs/testing.md runs the stateful kit against coordinators: the one slow page
 PYTHON_PAGES = [pytest.param("docs/testing.md", marks=pytest.mark.slow), "docs/checker.md", "docs/conformance.md",
-                "docs/replay.md", "docs/routing.md", "docs/faults.md", "docs/planner.md", "README.md"]
+                "docs/replay.md", "docs/routing.md", "docs/faults.md", "docs/planner.md", "docs/config.md",
+                "README.md"]
 TRANSCRIPT_PAGES = ["docs/replay.md"]
 
 _BLOCK = re.compile(r"```(\w+)\n(.*?)```", re.S)

@@ -1,10 +1,12 @@
 """``dmocker sweep``: replay every combination of configurations, rank them, draw the frontier.
 
-Takes the replay's workload and engine flags; any of --engine, --router, --prefill-workers,
---decode-workers, --block-size, --num-gpu-blocks, --max-num-batched-tokens,
---kv-transfer-bandwidth, --rate and --arrival-speedup-ratio may be a comma list or a range
-(1..8, or 10..40:10 with a step), and the sweep runs their cartesian product; each
-configuration is an independent deterministic replay.
+Takes the replay's configuration (``--config FILE`` and the replay's flags); any configuration
+field can be varied with ``--vary NAME=VALUES`` (NAME: a dotted path such as
+``decode.max_num_seqs``, or a flag name such as ``max_num_seqs``, both pools; docs/config.md),
+and --engine, --router, --prefill-workers, --decode-workers, --block-size, --num-gpu-blocks,
+--max-num-batched-tokens, --kv-transfer-bandwidth, --rate and --arrival-speedup-ratio take the
+values directly.  VALUES is a comma list or a range (1..8, or 10..40:10 with a step); the sweep
+runs the cartesian product, each configuration an independent deterministic replay.
 
 Exit codes: 0 every configuration ran; 1 some configuration failed (recorded in --out with its
 error, the others still ran); 2 bad input -- reported before anything runs.
@@ -15,19 +17,20 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Sequence
+from typing import Sequence
 
-from dmocker.cli import replay as replay_cli
 from dmocker._atomic import write_atomic
+from dmocker.replay.config import ConfigError, resolve_name
 from dmocker.replay.report import stable_json
 from dmocker.replay.workload import WorkloadError
-from dmocker.cli.io import int_at_least
+from dmocker.sweep.grid import AXES, ConfigValue, GridError, axis_for, parse_axis
+
+from .config_flags import add_config_flags, config_from_args, given_values
+from .io import check_out_dir, float_arg, int_arg, int_at_least
 
 __all__ = ["add_parser", "configure", "run", "main"]
 
-_NOT_FOR_SWEEP = ("per_request", "events", "html")  # per-replay outputs: meaningless for a sweep
-_NOT_REPLAY_KWARGS = ("out", "quiet", "func", "verbs", "command", "jobs", "backend", "ray_address",
-                      "plot", "max_rate", "sla_attainment", "search_steps", "trace", "from_json")
+_PER_REPLAY = ("--per-request", "--events", "--html")  # per-replay outputs: meaningless for a sweep
 
 
 def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -41,30 +44,15 @@ def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from dmocker.sweep.grid import AXES
-
-    replay_cli.configure(parser)  # the replay's flags, whatever helpers have added to them
-    options = parser._option_string_actions  # argparse has no public API to retype an action
-    for axis in AXES:
-        action = options.get(axis.flag)
-        if action is None:  # e.g. --router before the router lands in the replay
-            parser.add_argument(axis.flag, dest=axis.key, help="comma list of values")
-            continue
-        action.type = None
-        action.default = None
-        action.choices = None
-        action.help = f"{action.help or ''} -- a value, a comma list or a range (A..B[:STEP])"
-    for dest in _NOT_FOR_SWEEP:
-        action = options.get("--" + dest.replace("_", "-"))
-        if action is not None:
-            action.help = argparse.SUPPRESS
-    for action in parser._actions:
-        if action.dest == "out":
-            action.help = "write sweep.json here: {runs: [{config, summary}, ...], ranking, ...}"
-            action.metavar = "SWEEP_JSON"
-        elif action.dest == "quiet":
-            action.help = "no progress bar, no table"
+    parser.add_argument("trace", nargs="?", metavar="TRACE", help="Mooncake JSONL trace")
+    parser.add_argument("--config", metavar="CONFIG",
+                        help="the base configuration, a TOML or JSON file (docs/config.md); flags override it")
+    add_config_flags(parser, axes={a.key for a in AXES})
     s = parser.add_argument_group("sweep")
+    s.add_argument("--vary", action="append", default=[], metavar="NAME=VALUES",
+                   help="sweep any configuration field: NAME a dotted path (decode.max_num_seqs) or a flag "
+                        "name (max_num_seqs: both pools), VALUES a comma list or a range (A..B[:STEP]); "
+                        "repeatable")
     s.add_argument("--jobs", type=_positive_int, default=os.cpu_count() or 1,
                    help="parallel replays in the local process pool (default: the machine's cores)")
     s.add_argument("--backend", choices=["local", "ray"], default="local",
@@ -73,28 +61,20 @@ def configure(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--max-rate", action="store_true",
                    help="per configuration, search the highest rate (speedup ratio for a trace) "
                         "at which --sla-attainment of requests meet every SLA bound")
-    s.add_argument("--sla-attainment", type=replay_cli._float, default=0.99,
+    s.add_argument("--sla-attainment", type=float_arg, default=0.99,
                    help="share of requests that must meet every SLA bound (default 0.99)")
-    s.add_argument("--search-steps", type=replay_cli._int, default=8,
+    s.add_argument("--search-steps", type=int_arg, default=8,
                    help="bisection steps of --max-rate after bracketing (default 8)")
     s.add_argument("--plot", metavar="PICTURE", help="draw the Pareto frontier here (.png or .svg)")
     s.add_argument("--from-json", metavar="SWEEP_JSON",
                    help="run nothing: re-rank and re-plot a sweep.json written earlier")
+    o = parser.add_argument_group("output")
+    o.add_argument("--out", metavar="SWEEP_JSON",
+                   help="write sweep.json here: {base, axes, runs: [{config, summary}, ...], ranking, ...}")
+    o.add_argument("--quiet", action="store_true", help="no progress bar, no table")
+    for flag in _PER_REPLAY:  # accepted only to say why they do not apply
+        o.add_argument(flag, dest="per_replay_" + flag[2:].replace("-", "_"), help=argparse.SUPPRESS)
     parser.set_defaults(func=run)
-
-
-def _replay_params() -> frozenset[str]:
-    import inspect
-
-    from dmocker.replay.api import run as replay_run
-
-    return frozenset(inspect.signature(replay_run).parameters) - {"trace"}
-
-
-def _defaults() -> dict[str, Any]:
-    parser = argparse.ArgumentParser(add_help=False)
-    configure(parser)
-    return {a.dest: a.default for a in parser._actions}
 
 
 _positive_int = int_at_least(1)
@@ -105,19 +85,38 @@ def _fail(message: str) -> int:
     return 2
 
 
+def _axes(args: argparse.Namespace) -> dict[str, tuple[ConfigValue, ...]]:
+    """The swept fields by name (GridError on a bad one): the axis flags, then ``--vary``."""
+    ns = vars(args)
+    axes: dict[str, tuple[ConfigValue, ...]] = {}
+    for axis in AXES:
+        text = ns.get(axis.key)
+        if text is not None:
+            axes[axis.key] = parse_axis(axis, str(text))
+    for item in args.vary:
+        name, eq, values = item.partition("=")
+        if not eq or not name.strip():
+            raise GridError(f"--vary {item!r}: expected NAME=VALUES (e.g. decode.max_num_seqs=128,256)")
+        axis = axis_for(name.strip())
+        swept = {p for key in axes for p in resolve_name(key)}
+        if swept & set(resolve_name(axis.key)):
+            raise GridError(f"--vary {axis.key}: this field is already swept")
+        axes[axis.key] = parse_axis(axis, values)
+    return axes
+
+
 def run(args: argparse.Namespace) -> int:
     from dmocker.plotting import PLOT_EXTENSIONS, PlotUnavailable, require
-    from dmocker.sweep import Backend, BackendUnavailable, GridError, parse_axis, plan_sweep, render_table, run_sweep
-    from dmocker.sweep.grid import AXES
+    from dmocker.sweep import Backend, BackendUnavailable, plan_sweep, render_table, run_sweep
     from dmocker.sweep.plot import plot_frontier
     from dmocker.sweep.runners import import_ray
 
     ns = vars(args)
-    for dest in _NOT_FOR_SWEEP:
-        if ns.get(dest) is not None:
-            return _fail(f"--{dest.replace('_', '-')} is a per-replay output; run `dmocker replay` for one configuration")
+    for flag in _PER_REPLAY:
+        if ns.get("per_replay_" + flag[2:].replace("-", "_")) is not None:
+            return _fail(f"{flag} is a per-replay output; run `dmocker replay` for one configuration")
     for flag, path in (("--out", args.out), ("--plot", args.plot)):
-        problem = replay_cli._check_out_dir(flag, path)
+        problem = check_out_dir(flag, path)
         if problem:
             return _fail(problem)
     if args.plot is not None:
@@ -138,42 +137,27 @@ def run(args: argparse.Namespace) -> int:
             return _fail(str(exc))
     elif args.ray_address is not None:
         return _fail("--ray-address needs --backend ray")
-
-    axes: dict[str, tuple[Any, ...]] = {}
-    for axis in AXES:
-        text = ns.get(axis.key)
-        if text is not None:
-            try:
-                axes[axis.key] = parse_axis(axis, str(text))
-            except GridError as exc:
-                return _fail(str(exc))
-    axis_keys = {a.key for a in AXES}
-    run_params = _replay_params()
-    defaults = _defaults()
-    base = {}
-    for k, v in ns.items():
-        if v is None or k in _NOT_REPLAY_KWARGS or k in _NOT_FOR_SWEEP or k in axis_keys:
-            continue
-        if k in run_params:
-            base[k] = v
-        elif v != defaults.get(k):  # a replay flag that is not a run() keyword (faults, scenarios)
-            return _fail(f"--{k.replace('_', '-')} is not supported by dmocker sweep")
-    for key in list(axes):
-        if len(axes[key]) == 1:  # one value is not an axis: it applies to every configuration
-            base[key] = axes.pop(key)[0]
-    for key in ("engine", "prefill_workers", "decode_workers"):
-        if key not in axes:
-            base.setdefault(key, {"engine": "vllm", "prefill_workers": 2, "decode_workers": 2}[key])
     try:
-        plan = plan_sweep(args.trace, base, axes, sla_attainment=args.sla_attainment,
+        axes = _axes(args)
+        single = {key: values[0] for key, values in axes.items() if len(values) == 1}
+        for key in single:  # one value is not an axis: it applies to every configuration
+            del axes[key]
+        # The base: the file and the flags that are not axes, then the single values.
+        base_args = argparse.Namespace(**{**ns, **{a.key: None for a in AXES}})
+        swept = {p for key in axes for p in resolve_name(key)}
+        for name in given_values(base_args):  # a flag every field of which is swept would do nothing
+            if set(resolve_name(name)) <= swept:
+                raise GridError(f"--{name.replace('_', '-')} is also swept (--vary); give it once")
+        base = config_from_args(base_args, single)
+        plan = plan_sweep(base, axes, sla_attainment=args.sla_attainment,
                           max_rate=args.max_rate, search_steps=args.search_steps)
-    except (GridError, WorkloadError, ValueError, OSError) as exc:
+    except (GridError, ConfigError, WorkloadError, ValueError, OSError) as exc:
         return _fail(str(exc))
 
     bar = _bar(len(plan.configs)) if not args.quiet and sys.stderr.isatty() else None
     try:
         outcome = run_sweep(plan, jobs=args.jobs, backend=backend, ray_address=args.ray_address,
-                            on_done=(lambda _r: bar.update(1)) if bar is not None else None)
+                            on_done=bar.done if bar is not None else None)
     except BackendUnavailable as exc:
         return _fail(str(exc))
     finally:
@@ -184,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plot is not None:
         data = plot_frontier(outcome.rows, args.plot, max_rate=plan.search is not None,
                              variable=plan.search.variable if plan.search is not None else "rate",
-                             sla_ttft_ms=plan.base.get("sla_ttft_ms"))
+                             sla_ttft_ms=plan.base.sla.ttft_ms)
         write_atomic(args.plot, data)
     if not args.quiet:
         sys.stdout.write(render_table(outcome.rows, target=plan.target, max_rate=plan.search is not None))
@@ -222,10 +206,23 @@ def _from_json(args: argparse.Namespace) -> int:
     return 1 if any(not r.ok for r in rows) else 0
 
 
-def _bar(total: int) -> Any:
-    from tqdm import tqdm
+class _Bar:
+    """The progress bar: one step per finished configuration."""
 
-    return tqdm(total=total, unit="config", dynamic_ncols=True, leave=False, file=sys.stderr)
+    def __init__(self, total: int) -> None:
+        from tqdm import tqdm
+
+        self._bar = tqdm(total=total, unit="config", dynamic_ncols=True, leave=False, file=sys.stderr)
+
+    def done(self, _result: object) -> None:
+        self._bar.update(1)
+
+    def close(self) -> None:
+        self._bar.close()
+
+
+def _bar(total: int) -> _Bar:
+    return _Bar(total)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -20,6 +20,14 @@ from dataclasses import dataclass, field
 from dmocker.check.target import TargetError, load_target, target_from_factory
 from dmocker.handoff import HandoffCoordinator, HandoffOrder, IssuedAction
 from dmocker.replay import run as replay_run
+from dmocker.replay.config import (
+    ClusterConfig,
+    OutputsConfig,
+    PoolConfig,
+    ReplayConfig,
+    TransferConfig,
+    WorkloadConfig,
+)
 from dmocker.replay.coordinators import CoordinatorFault, ForeignFactory
 from dmocker.replay.events import DeadEndError, ReplayInvariantError
 from dmocker.replay.faults import FaultKind, FaultPlan, Pool, ScheduledFault, WorkerCrash
@@ -74,6 +82,24 @@ class Scenario:
 
     def fault_plan(self) -> FaultPlan:
         return FaultPlan(schedule=self.faults, crashes=self.crashes, restart_s=self.restart_s)
+
+    def replay_config(self, coordinator: ForeignFactory, events: str | None = None) -> ReplayConfig:
+        """The replay of this scenario with ``coordinator`` driving every handoff."""
+        pool = PoolConfig(block_size=TRACE_BLOCK, num_gpu_blocks=self.num_gpu_blocks, max_num_seqs=self.max_num_seqs)
+        transfer = TransferConfig()
+        if self.kv_transfer_bandwidth is not None:
+            transfer = TransferConfig(bandwidth_gb_s=self.kv_transfer_bandwidth, kv_bytes_per_token=self.kv_bytes_per_token)
+        return ReplayConfig(
+            cluster=ClusterConfig(engine=self.engine, prefill_workers=self.prefill_workers,
+                                  decode_workers=self.decode_workers),
+            prefill=pool,
+            decode=pool,
+            transfer=transfer,
+            faults=self.fault_plan(),
+            workload=WorkloadConfig(explicit=ScenarioWorkload(self.requests)),
+            outputs=OutputsConfig(events=events),
+            coordinator=coordinator,
+        )
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -287,25 +313,8 @@ def run_scenario(scenario: Scenario, factory: ForeignFactory, *, record: bool = 
     under_test = ForeignFactory(factory.target, recorder=recorder if record else None)
     with tempfile.TemporaryDirectory(prefix="dmocker-fuzz-") as tmp:
         events = os.path.join(tmp, "events.jsonl")
-        kwargs: dict[str, object] = {}
-        if scenario.kv_transfer_bandwidth is not None:
-            kwargs["kv_transfer_bandwidth"] = scenario.kv_transfer_bandwidth
-            kwargs["kv_bytes_per_token"] = scenario.kv_bytes_per_token
         try:
-            report = replay_run(
-                workload=ScenarioWorkload(scenario.requests),
-                engine=scenario.engine,
-                prefill_workers=scenario.prefill_workers,
-                decode_workers=scenario.decode_workers,
-                block_size=TRACE_BLOCK,
-                trace_block_size=TRACE_BLOCK,
-                num_gpu_blocks=scenario.num_gpu_blocks,
-                max_num_seqs=scenario.max_num_seqs,
-                faults=scenario.fault_plan(),
-                coordinator=under_test,
-                events=events,
-                **kwargs,  # type: ignore[arg-type]
-            )
+            report = replay_run(scenario.replay_config(under_test, events))
         except CoordinatorFault as exc:
             return Outcome([str(exc)], steps)
         except (DeadEndError, ReplayInvariantError) as exc:

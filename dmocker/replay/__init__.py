@@ -1,7 +1,8 @@
 """Deterministic disaggregated replay driven by the handoff coordinator.
 
-``dmocker.replay.run(...)`` replays a Mooncake trace or a seeded synthetic workload on mock
-vLLM / SGLang prefill and decode pools and returns a :class:`Report`.
+``dmocker.replay.run(config)`` replays a Mooncake trace or a seeded synthetic workload on mock
+vLLM / SGLang prefill and decode pools, as a :class:`ReplayConfig` describes (docs/config.md),
+and returns a :class:`Report`.
 """
 
 import gc as _gc
@@ -18,8 +19,24 @@ _gc.disable()
 try:
     from typing import TYPE_CHECKING
 
-    from .api import DEFAULT_SYNTHETIC, run
+    from .api import DEFAULT_SYNTHETIC, run, run_pass_by_pass
     from .collector import TerminalStatus
+    from .config import (
+        ClusterConfig,
+        ConfigError,
+        LimitsConfig,
+        OutputsConfig,
+        PlannerConfig,
+        PoolConfig,
+        ReplayConfig,
+        RoutingConfig,
+        SlaConfig,
+        TraceFile,
+        TransferConfig,
+        WorkloadConfig,
+    )
+    from .config_file import load_config
+    from .faults import FaultPlan
     from .events import DeadEndError, ReplayInvariantError
     from .report import Report, SlaThresholds
     from .routing import BaseRouter, QueuePolicy, Router, RouterConfig, RouterContext, RouterError
@@ -47,8 +64,21 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
+    "ClusterConfig",
+    "ConfigError",
     "DEFAULT_SYNTHETIC",
     "DeadEndError",
+    "FaultPlan",
+    "LimitsConfig",
+    "OutputsConfig",
+    "PlannerConfig",
+    "PoolConfig",
+    "ReplayConfig",
+    "RoutingConfig",
+    "SlaConfig",
+    "TraceFile",
+    "TransferConfig",
+    "WorkloadConfig",
     "MooncakeTrace",
     "PlannerError",
     "PlannerMetrics",
@@ -66,5 +96,7 @@ __all__ = [
     "SyntheticWorkload",
     "TerminalStatus",
     "WorkloadError",
+    "load_config",
     "run",
+    "run_pass_by_pass",
 ]

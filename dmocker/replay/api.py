@@ -1,335 +1,125 @@
 """``dmocker.replay.run``: the Python entry point of the disaggregated replay.
 
-Why one function with keyword arguments: it mirrors the CLI flag for flag (the CLI is a thin
-parser over it), and it is where every argument is checked, so bad input from either surface
-fails with one ``ValueError`` naming the argument, before any simulation work and before any
-output file exists.
+``run(config)`` takes one :class:`~dmocker.replay.config.ReplayConfig` (checked when it was
+built) and returns the :class:`~dmocker.replay.report.Report`.  What a configuration cannot say
+by itself -- user classes that must be imported (``MODULE:CLASS`` routers, planners,
+coordinators) and the trace's lines -- is checked here, before any simulation work and before
+any output file exists, so bad input from any surface fails with one ``ValueError``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
-import math
-import os
 import time
-from collections.abc import Callable
 from typing import IO, TYPE_CHECKING
 
 from dmocker._atomic import AtomicFile
-from dmocker.handoff import HandoffOrder, TransferTimingMode, order_for_engine
-from dmocker.engines.interface import Backend, EngineArgs, EngineWorker, WorkerType, make_worker
+from dmocker.handoff import HandoffOrder, order_for_engine
+from dmocker.engines.interface import EngineWorker, make_worker
 
 from .collector import Collector
+from .config import DEFAULT_SYNTHETIC, ReplayConfig, WorkloadKind
 from .report import JsonValue, Report, SlaThresholds, build_summary
-from .routing import Pool, RouterConfig, RouterContext, parse_router
+from .routing import Pool, RouterContext, parse_router
 from .runtime import DisaggRuntime
 from . import end_of_run as _end
-from .faults import FaultPlan
 from .gc_quiet import collect_rarely
 from .timeseries import TimeSeries, TimeSeriesRecorder, add_standard_gauges, finish as finish_timeseries
-from .workload import AdmissionQueue, MooncakeTrace, SyntheticSpec, SyntheticWorkload, Workload, WorkloadError
+from .workload import AdmissionQueue, MooncakeTrace, SyntheticWorkload, Workload
 
 if TYPE_CHECKING:
     from .planner.wiring import PlannerOptions
 
-__all__ = ["run", "DEFAULT_SYNTHETIC", "resolve_engine_args"]
-
-DEFAULT_SYNTHETIC = SyntheticSpec(requests=300, rate=15.0, isl_mean=2000, osl_mean=200, seed=0)
-"""The built-in default workload (``dmocker replay`` with no arguments): small and quick."""
-
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
+__all__ = ["run", "run_pass_by_pass", "DecodeStepping", "DEFAULT_SYNTHETIC"]
 
 
-def _check_float(name: str, value: object, *, positive: bool = False, allow_zero: bool = True) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
-    if positive and (value < 0 or (value == 0 and not allow_zero)):
-        raise ValueError(f"{name} must be {'> 0' if not allow_zero else '>= 0'}, got {value!r}")
-    return float(value)
+class DecodeStepping(enum.Enum):
+    """How decode passes are simulated; both give the same outputs."""
 
-
-def _timing_mode(value: str | TransferTimingMode | None) -> TransferTimingMode | None:
-    if value is None or isinstance(value, TransferTimingMode):
-        return value
-    text = str(value).strip().lower().replace("_", "-")
-    for mode in TransferTimingMode:
-        if mode.value == text:
-            return mode
-    raise ValueError(
-        f"kv_transfer_timing_mode must be 'full-prompt' or 'destination-missing', got {value!r}"
-    )
-
-
-def resolve_engine_args(
-    engine: str,
-    *,
-    prefill_engine_args: EngineArgs | None,
-    decode_engine_args: EngineArgs | None,
-    overrides: dict[str, object],
-) -> tuple[EngineArgs, EngineArgs]:
-    """Build (and validate) the two pools' args; ``overrides`` apply to both when given."""
-    if isinstance(engine, str) and engine.strip().lower() in ("trtllm", "trt-llm", "trt_llm"):
-        # The reference rejects it too: its mock has no destination-side handoff.
-        raise ValueError("engine 'trtllm' is not supported by the disaggregated replay "
-                         "(TRT-LLM has no destination handoff): use 'vllm' or 'sglang'")
-    backend = Backend.parse(engine) if isinstance(engine, str) else engine
-    if not isinstance(backend, Backend):
-        raise ValueError(f"unknown engine {engine!r}: expected 'vllm' or 'sglang'")
-    sides: list[EngineArgs] = []
-    for given, role in ((prefill_engine_args, WorkerType.PREFILL), (decode_engine_args, WorkerType.DECODE)):
-        args = given if given is not None else EngineArgs(backend=backend, worker_type=role)
-        if not isinstance(args, EngineArgs):
-            raise ValueError(f"{role.value}_engine_args must be an EngineArgs, got {type(args).__name__}")
-        changes = {k: v for k, v in overrides.items() if v is not None}
-        args = dataclasses.replace(args, worker_type=role, **changes)  # type: ignore[arg-type]
-        sides.append(args.validate())
-    prefill, decode = sides
-    if prefill.backend is not decode.backend:
-        raise ValueError(
-            f"prefill and decode engines must match: prefill is {prefill.backend.value}, "
-            f"decode is {decode.backend.value}"
-        )
-    if prefill.page_tokens != decode.page_tokens:
-        raise ValueError(
-            f"prefill and decode block sizes must match: {prefill.page_tokens} vs {decode.page_tokens}"
-        )
-    return prefill, decode
-
-
-def _args_json(args: EngineArgs) -> dict[str, JsonValue]:
-    out: dict[str, JsonValue] = {}
-    for f in dataclasses.fields(args):
-        v = getattr(args, f.name)
-        out[f.name] = v.value if isinstance(v, enum.Enum) else v
-    out["block_size"] = args.page_tokens
-    return out
+    BULK = "bulk"  # a run of passes whose batch does not change is computed at once (the default)
+    PASS_BY_PASS = "pass-by-pass"  # every pass on its own: slower, the oracle BULK is tested against
 
 
 @collect_rarely
-def run(
-    trace: str | os.PathLike[str] | None = None,
-    *,
-    synthetic: int | SyntheticSpec | None = None,
-    rate: float | None = None,
-    isl_mean: int | None = None,
-    osl_mean: int | None = None,
-    spread: float | None = None,
-    prefix_groups: int | None = None,
-    prefix_ratio: float | None = None,
-    turns: int | None = None,
-    seed: int = 0,
-    engine: str = "vllm",
-    prefill_workers: int = 2,
-    decode_workers: int = 2,
-    prefill_engine_args: EngineArgs | None = None,
-    decode_engine_args: EngineArgs | None = None,
-    block_size: int | None = None,
-    num_gpu_blocks: int | None = None,
-    max_num_seqs: int | None = None,
-    max_num_batched_tokens: int | None = None,
-    max_model_len: int | None = None,
-    speedup_ratio: float | None = None,
-    decode_speedup_ratio: float | None = None,
-    kv_transfer_bandwidth: float | None = None,
-    kv_bytes_per_token: int | None = None,
-    kv_transfer_timing_mode: str | TransferTimingMode | None = None,
-    fixed_prefill_ms: float | None = None,
-    fixed_decode_ms: float | None = None,
-    trace_block_size: int = 512,
-    arrival_speedup_ratio: float = 1.0,
-    clamp_input_length: bool = False,
-    max_in_flight: int | None = None,
-    sla_ttft_ms: float | None = None,
-    sla_itl_ms: float | None = None,
-    sla_e2e_ms: float | None = None,
-    max_sim_time_ms: float | None = None,
-    per_request: str | os.PathLike[str] | None = None,
-    events: str | os.PathLike[str] | None = None,
-    progress: bool = False,
-    on_retired: Callable[[int], None] | None = None,
-    planner: object | str | None = None,
-    startup_time_s: float = 0.0,
-    throughput_interval_s: float = 180.0,
-    load_interval_s: float = 5.0,
-    min_endpoint: int = 1,
-    max_gpu_budget: int = 8,
-    bulk: bool = True,
-    timeseries: bool = False,
-    faults: FaultPlan | None = None,
-    coordinator: str | Callable[..., object] | None = None,
-    workload: Workload | None = None,
-    router: str = "round-robin",
-    router_config: RouterConfig | None = None,
-) -> Report:
-    """Replay a Mooncake trace (``trace``) or a synthetic workload and return the Report.
+def run(config: ReplayConfig, *, progress: bool = False) -> Report:
+    """Replay ``config`` and return its Report.
 
-    With neither ``trace`` nor ``synthetic``, runs :data:`DEFAULT_SYNTHETIC`.  Engine flags
-    (``block_size`` ... ``kv_transfer_timing_mode``, and the fixed-timing pair
-    ``fixed_prefill_ms`` / ``fixed_decode_ms``) override both pools' args; pass
-    ``prefill_engine_args`` / ``decode_engine_args`` for per-pool settings.  ``per_request``
-    and ``events`` are JSONL paths written atomically (nothing appears on error).
-    ``bulk=False`` simulates every decode pass one by one instead of computing runs of
-    determined passes at once (same outputs; the oracle the bulk path is tested against).
-    ``timeseries`` records the series of the HTML report (``Report.timeseries``; off: no cost).
-    ``clamp_input_length`` reproduces the reference's silent clamp of ``input_length`` to
-    ``len(hash_ids) * trace_block_size``; by default exceeding it is a ``WorkloadError``.
-    ``faults`` injects a :class:`~dmocker.replay.faults.FaultPlan`; ``coordinator`` (``"module:Class"``
-    or a factory with the public coordinator API) drives every handoff instead of ours; ``workload``
-    is any :class:`~dmocker.replay.workload.Workload` (fuzz scenarios), instead of a trace or
-    ``synthetic``.  End-of-run invariants are always checked (:mod:`dmocker.replay.invariants`):
-    the summary says ``invariants_ok`` and lists what broke.
-    ``router`` picks both pools' routing: ``"round-robin"`` (default), ``"kv"`` (the KV-aware
-    router, tuned by ``router_config``) or ``"MODULE:CLASS"`` (a user class implementing
-    :class:`dmocker.replay.routing.Router`).
-    Raises ``ValueError`` (``WorkloadError`` for trace problems) on bad input.
-
-    ``planner``: an object with ``initial_tick_ms()`` and ``on_tick(metrics)`` (see
-    :mod:`dmocker.replay.planner`), ``"throughput"`` / ``"load"`` (built-in policies, targets
-    from ``sla_ttft_ms`` / ``sla_itl_ms``, then the intervals, ``min_endpoint`` and
-    ``max_gpu_budget``), or ``"MODULE:CLASS"``; new workers are ready ``startup_time_s``
-    after a scale-up.  A planner failing mid-run raises ``PlannerError``.
+    ``progress`` shows a progress bar on stderr.  End-of-run invariants are always checked
+    (:mod:`dmocker.replay.invariants`): the summary says ``invariants_ok`` and lists what broke.
+    Raises ``ValueError`` on bad input (``WorkloadError`` for trace problems), ``PlannerError``
+    when a planner fails mid-run.
     """
-    started = time.perf_counter()
-    # ---- arguments -------------------------------------------------------------------------
-    # ---- planner (None: fixed pools, exactly as before) -----------------------------------
-    _check_float("startup_time_s", startup_time_s, positive=True)
-    planner_opts: PlannerOptions | None = None
-    if planner is not None:
-        # (imported here: a replay without a planner never loads the planner's modules)
-        from .planner import wiring
+    return _replay(config, DecodeStepping.BULK, progress)
 
-        planner_opts = wiring.PlannerOptions.check(
-            planner, startup_time_s=startup_time_s, throughput_interval_s=throughput_interval_s,
-            load_interval_s=load_interval_s, min_endpoint=min_endpoint, max_gpu_budget=max_gpu_budget,
-            sla_ttft_ms=sla_ttft_ms, sla_itl_ms=sla_itl_ms,
-        )
-    _check_int("prefill_workers", prefill_workers, 0 if planner_opts is not None else 1)
-    _check_int("decode_workers", decode_workers, 0 if planner_opts is not None else 1)
-    _check_int("trace_block_size", trace_block_size, 1)
-    _check_int("seed", seed, 0)
-    _check_float("arrival_speedup_ratio", arrival_speedup_ratio, positive=True, allow_zero=False)
-    if max_in_flight is not None:
-        _check_int("max_in_flight", max_in_flight, 1)
-    if max_sim_time_ms is not None:
-        _check_float("max_sim_time_ms", max_sim_time_ms, positive=True)
-    for name, value in (("sla_ttft_ms", sla_ttft_ms), ("sla_itl_ms", sla_itl_ms), ("sla_e2e_ms", sla_e2e_ms)):
-        if value is not None:
-            _check_float(name, value, positive=True)
-    if kv_transfer_bandwidth is not None and (
-        isinstance(kv_transfer_bandwidth, bool)
-        or not isinstance(kv_transfer_bandwidth, (int, float))
-        or not math.isfinite(kv_transfer_bandwidth)
-        or kv_transfer_bandwidth < 0
-    ):
-        raise ValueError(f"kv_transfer_bandwidth must be a finite number >= 0 (GB/s), got {kv_transfer_bandwidth!r}")
-    if block_size is not None:
-        _check_int("block_size", block_size, 1)
-    overrides: dict[str, object] = {
-        "block_size": block_size,
-        "num_gpu_blocks": num_gpu_blocks,
-        "max_num_seqs": max_num_seqs,
-        "max_num_batched_tokens": max_num_batched_tokens,
-        "max_model_len": max_model_len,
-        "speedup_ratio": speedup_ratio,
-        "decode_speedup_ratio": decode_speedup_ratio,
-        "kv_transfer_bandwidth": float(kv_transfer_bandwidth) if kv_transfer_bandwidth is not None else None,
-        "kv_bytes_per_token": kv_bytes_per_token,
-        "kv_transfer_timing_mode": _timing_mode(kv_transfer_timing_mode),
-        "fixed_prefill_ms": fixed_prefill_ms,
-        "fixed_decode_ms": fixed_decode_ms,
-    }
-    try:
-        prefill_args, decode_args = resolve_engine_args(
-            engine, prefill_engine_args=prefill_engine_args, decode_engine_args=decode_engine_args,
-            overrides=overrides,
-        )
-    except TypeError as exc:
-        raise ValueError(f"bad engine argument: {exc}") from None
-    order: HandoffOrder = order_for_engine(prefill_args.backend.value)
-    router_spec = parse_router(router)
-    if router_config is not None and not isinstance(router_config, RouterConfig):
-        raise ValueError(f"router_config must be a RouterConfig, got {type(router_config).__name__}")
-    routing = (router_config or RouterConfig()).validate()
 
-    # ---- workload ----------------------------------------------------------------------------
-    workload_config: dict[str, JsonValue]
-    if trace is not None and synthetic is not None:
-        raise ValueError("give either a trace file or synthetic, not both")
-    if workload is not None:
-        if trace is not None or synthetic is not None:
-            raise ValueError("give either a workload, a trace file or synthetic, not several")
-        workload_config = {"kind": "explicit", "requests": workload.num_requests,
-                           "trace_block_size": workload.trace_block_size}
-    elif trace is not None:
-        mooncake = MooncakeTrace(
-            trace, trace_block_size=trace_block_size, arrival_speedup_ratio=arrival_speedup_ratio,
-            clamp_input_length=clamp_input_length,
-        )
-        workload = mooncake
-        workload_config = {
-            "kind": "mooncake",
-            "path": os.fspath(trace),
-            "trace_block_size": trace_block_size,
-            "arrival_speedup_ratio": arrival_speedup_ratio,
-            "clamp_input_length": clamp_input_length,
-            "requests": mooncake.num_requests,
-        }
-    else:
-        base = synthetic if isinstance(synthetic, SyntheticSpec) else DEFAULT_SYNTHETIC
-        changes: dict[str, object] = {
-            "rate": rate, "isl_mean": isl_mean, "osl_mean": osl_mean, "spread": spread,
-            "prefix_groups": prefix_groups, "prefix_ratio": prefix_ratio, "turns": turns,
-        }
-        if isinstance(synthetic, int) and not isinstance(synthetic, bool):
-            changes["requests"] = synthetic
-        elif synthetic is not None and not isinstance(synthetic, SyntheticSpec):
-            raise WorkloadError(f"must be a request count or a SyntheticSpec, got {synthetic!r}", field="synthetic")
-        if not isinstance(synthetic, SyntheticSpec):
-            changes["seed"] = seed
-            changes["trace_block_size"] = trace_block_size
-        spec = dataclasses.replace(base, **{k: v for k, v in changes.items() if v is not None})  # type: ignore[arg-type]
-        if arrival_speedup_ratio != 1.0:
-            # As for traces: arrivals and think times are divided by the ratio.
-            spec = dataclasses.replace(
-                spec, rate=spec.rate * arrival_speedup_ratio,
-                turn_delay_ms=spec.turn_delay_ms / arrival_speedup_ratio,
-            )
-        workload = SyntheticWorkload(spec)
-        workload_config = {"kind": "synthetic", **{f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}}
-    admission = AdmissionQueue(workload, max_in_flight=max_in_flight)
-    hooks = _end.prepare(
-        faults, coordinator, prefill_args=prefill_args, decode_args=decode_args,
-        prefill_workers=prefill_workers, decode_workers=decode_workers, num_requests=workload.num_requests,
+@collect_rarely
+def run_pass_by_pass(config: ReplayConfig, *, progress: bool = False) -> Report:
+    """:func:`run`, simulating every decode pass one by one instead of computing runs of passes
+    whose batch does not change at once.  Same outputs, slower: the oracle the default is
+    tested against (``tests/replay/test_bulk_differential.py``)."""
+    return _replay(config, DecodeStepping.PASS_BY_PASS, progress)
+
+
+def _workload(config: ReplayConfig) -> Workload:
+    """The workload object of the run (a trace is read and checked whole here)."""
+    w = config.workload
+    kind = w.kind
+    if kind is WorkloadKind.EXPLICIT:
+        return w.workload_object
+    if kind is WorkloadKind.TRACE:
+        assert w.trace is not None
+        return MooncakeTrace(w.trace.path, trace_block_size=w.trace.trace_block_size,
+                             arrival_speedup_ratio=w.arrival_speedup_ratio,
+                             clamp_input_length=w.trace.clamp_input_length)
+    spec = w.synthetic_spec
+    if w.arrival_speedup_ratio != 1.0:
+        # As for traces: arrivals and think times are divided by the ratio.
+        spec = dataclasses.replace(spec, rate=spec.rate * w.arrival_speedup_ratio,
+                                   turn_delay_ms=spec.turn_delay_ms / w.arrival_speedup_ratio)
+    return SyntheticWorkload(spec)
+
+
+def _planner_options(config: ReplayConfig) -> PlannerOptions | None:
+    p = config.planner
+    if p.policy is None:
+        return None
+    # (imported here: a replay without a planner never loads the planner's modules)
+    from .planner import wiring
+
+    return wiring.PlannerOptions.check(
+        p.policy, startup_time_s=p.startup_time_s, throughput_interval_s=p.throughput_interval_s,
+        load_interval_s=p.load_interval_s, min_endpoint=p.min_endpoint, max_gpu_budget=p.max_gpu_budget,
+        sla_ttft_ms=config.sla.ttft_ms, sla_itl_ms=config.sla.itl_ms,
     )
 
-    sla = SlaThresholds(sla_ttft_ms, sla_itl_ms, sla_e2e_ms)
-    config: dict[str, JsonValue] = {
-        "engine": prefill_args.backend.value,
-        "handoff_order": order.value,
-        "prefill_workers": prefill_workers,
-        "decode_workers": decode_workers,
-        "prefill_engine_args": _args_json(prefill_args),
-        "decode_engine_args": _args_json(decode_args),
-        "router": router_spec.mode,
-        "mode": "trace" if max_in_flight is None else "concurrency",
-        "max_in_flight": max_in_flight,
-        "max_sim_time_ms": max_sim_time_ms,
-        "sla_ttft_ms": sla_ttft_ms,
-        "sla_itl_ms": sla_itl_ms,
-        "sla_e2e_ms": sla_e2e_ms,
-        "seed": seed,
-        "workload": workload_config,
-    }
-    if router_spec.mode != "round_robin":
-        config["router_config"] = dict(routing.as_json())
 
-    # ---- run ---------------------------------------------------------------------------------
+def _replay(config: ReplayConfig, stepping: DecodeStepping, progress: bool) -> Report:
+    started = time.perf_counter()
+    if not isinstance(config, ReplayConfig):
+        raise TypeError(f"run() takes a ReplayConfig (docs/config.md), got {type(config).__name__}: "
+                        "build one with ReplayConfig(...) or ReplayConfig.from_values({...})")
+    # ---- what the configuration alone cannot check: user code, the trace's lines ----------
+    prefill_args, decode_args = config.engine_args()
+    order: HandoffOrder = order_for_engine(prefill_args.backend.value)
+    router_spec = parse_router(config.router.name)
+    routing = config.router.kv.validate()
+    planner_opts = _planner_options(config)
+    workload = _workload(config)
+    prefill_workers, decode_workers = config.cluster.prefill_workers, config.cluster.decode_workers
+    hooks = _end.prepare(
+        config.faults, config.coordinator, prefill_args=prefill_args, decode_args=decode_args,
+        prefill_workers=prefill_workers, decode_workers=decode_workers, num_requests=workload.num_requests,
+    )
+    sla = SlaThresholds(config.sla.ttft_ms, config.sla.itl_ms, config.sla.e2e_ms)
+    report_config = config.to_json(outputs=False)
+    per_request, events = config.outputs.per_request, config.outputs.events
+
+    # ---- run: the runtime, its workers, routers and collector, driven by the config ---------
+    admission = AdmissionQueue(workload, max_in_flight=config.limits.max_in_flight)
     routers = tuple(
-        router_spec.build(RouterContext(pool, seed, args.page_tokens, args.max_num_batched_tokens), routing)
+        router_spec.build(RouterContext(pool, config.router.seed, args.page_tokens, args.max_num_batched_tokens),
+                          routing)
         for pool, args in ((Pool.PREFILL, prefill_args), (Pool.DECODE, decode_args))
     )
     kv_feed = routers[0].wants_kv_events
@@ -343,19 +133,11 @@ def run(
         from .planner.wiring import build_planner_loop
 
         planner_loop = build_planner_loop(planner_opts, prefill_args, decode_args, (prefill_workers, decode_workers))
-        config.update(planner_opts.config_json())
     records_w = AtomicFile(per_request) if per_request is not None else None
     events_w = AtomicFile(events) if events is not None else None
     bar = _progress_bar(workload.num_requests) if progress else None
-    recorder = TimeSeriesRecorder() if timeseries else None
+    recorder = TimeSeriesRecorder() if config.outputs.timeseries else None
     series: TimeSeries | None = None
-
-    def retired(rid: int) -> None:
-        if bar is not None:
-            bar.update(1)
-        if on_retired is not None:
-            on_retired(rid)
-
     try:
         runtime = DisaggRuntime(
             admission=admission,
@@ -365,12 +147,12 @@ def run(
             decode_workers=d_workers,
             order=order,
             collector=collector,
-            max_sim_time_ms=max_sim_time_ms,
+            max_sim_time_ms=config.limits.max_sim_time_ms,
             records=_as_io(records_w),
             events=_as_io(events_w),
-            on_retired=retired if (bar is not None or on_retired is not None) else None,
+            on_retired=bar.retired if bar is not None else None,
             planner=planner_loop,
-            bulk=bulk,
+            bulk=stepping is DecodeStepping.BULK,
             sampler=recorder,
             coordinator_factory=hooks.factory,
             prefill_router=routers[0],
@@ -406,13 +188,15 @@ def run(
     for w in (records_w, events_w):
         if w is not None:
             w.commit()
-    hooks.finish(runtime, collector, summary, config, order=order, capped=result.capped, events_path=events)
-    config["capped"] = result.capped
+    # The hooks add the fault plan in their own shape; the report's config is the file form.
+    hooks_config: dict[str, JsonValue] = {}
+    hooks.finish(runtime, collector, summary, hooks_config, order=order, capped=result.capped, events_path=events)
+    report_config["capped"] = result.capped
     return Report(
         summary=summary,
-        config=config,
-        records_path=os.fspath(per_request) if per_request is not None else None,
-        events_path=os.fspath(events) if events is not None else None,
+        config=report_config,
+        records_path=per_request,
+        events_path=events,
         wall_seconds=time.perf_counter() - started,
         planner=planner_loop.report() if planner_loop is not None else None,
         timeseries=series,
@@ -436,6 +220,9 @@ class _Bar:
 
         self._bar = tqdm(total=total, unit="req", delay=2.0, dynamic_ncols=True, leave=False)
         self._n = 0
+
+    def retired(self, _request_id: int) -> None:
+        self.update(1)
 
     def update(self, n: int) -> None:
         self._n += n

@@ -180,7 +180,7 @@ class Report:
     events_path: str | None = None
     wall_seconds: float = field(default=0.0, compare=False)
     planner: dict[str, JsonValue] | None = None  # scaling timeline and decisions, if a planner ran
-    timeseries: TimeSeries | None = field(default=None, compare=False, repr=False)  # run(timeseries=True)
+    timeseries: TimeSeries | None = field(default=None, compare=False, repr=False)  # outputs.timeseries
 
     def to_json(self) -> str:
         """The byte-stable ``report.json`` text: ``{"summary": ..., "config": ...}``

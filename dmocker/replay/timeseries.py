@@ -1,4 +1,4 @@
-"""Time series of one replay, recorded only when asked (``run(..., timeseries=True)``).
+"""Time series of one replay, recorded only when asked (the configuration's ``outputs.timeseries``).
 
 Why this shape:
 

@@ -12,6 +12,7 @@ import html
 import math
 from collections.abc import Iterator
 
+from dmocker.replay.config import headline as config_headline
 from dmocker.replay.report import JsonValue, Report
 from dmocker.replay.timeseries import KNOWN_SERIES, TimeSeries
 
@@ -76,13 +77,13 @@ def _figure(svg: str) -> str:
 
 
 def render_html(report: Report) -> str:
-    """The page for ``report`` (needs ``report.timeseries``: ``run(..., timeseries=True)``)."""
+    """The page for ``report`` (needs ``report.timeseries``: the configuration's ``outputs.timeseries``)."""
     ts = report.timeseries
     if ts is None:
-        raise ValueError("this replay was run without time series (run(..., timeseries=True))")
+        raise ValueError("this replay was run without time series (set outputs.timeseries in its configuration)")
     cfg = report.config
     s = report.summary
-    head = (f"{cfg.get('engine')} {cfg.get('prefill_workers')}P+{cfg.get('decode_workers')}D, "
+    head = (f"{config_headline(cfg)}: "
             f"{s.get('completed_requests')} / {s.get('num_requests')} requests completed in "
             f"{_fmt(s.get('duration_ms'))} ms of virtual time")
     parts = [

@@ -1,9 +1,15 @@
 """Sweep axes: parse ``1,2,4`` / ``1..8`` / ``10..40:10`` values and expand the cartesian product.
 
+An axis is any field of the replay's configuration, named as ``ReplayConfig.with_values`` takes
+it: a flag name (``prefill_workers``; ``max_num_seqs`` sets both pools) or a dotted path
+(``decode.max_num_seqs``); its kind and lower bound are the field's.  :data:`AXES` are the
+fields with a sweep flag of their own (``--prefill-workers 1..4``); any other is given with
+``--vary NAME=VALUES``.
+
 Why a fixed axis order: a configuration's position in the sweep (and so its row in
 ``sweep.json``) must not depend on the order flags were typed, the backend or the job count.
-Axes are expanded in :data:`AXES` order, each axis's values in the order given; the last axis
-varies fastest.
+Axes are expanded in :data:`AXES` order, then the others in the configuration's field order,
+each axis's values in the order given; the last axis varies fastest.
 """
 
 from __future__ import annotations
@@ -14,10 +20,13 @@ import math
 from dataclasses import dataclass
 from typing import TypeAlias, Union
 
-__all__ = ["AXES", "Axis", "AxisKind", "ConfigValue", "GridError", "parse_axis", "expand", "config_label"]
+from dmocker.replay.config import ConfigError, axis_field, field_paths, resolve_name
 
-ConfigValue: TypeAlias = Union[int, float, str]
-"""One swept value (an int, a float or a name)."""
+__all__ = ["AXES", "Axis", "AxisKind", "ConfigValue", "GridError", "axis_for", "parse_axis", "expand",
+           "config_label"]
+
+ConfigValue: TypeAlias = Union[bool, int, float, str]
+"""One swept value (a number, a name or a switch)."""
 
 
 class GridError(ValueError):
@@ -27,24 +36,26 @@ class GridError(ValueError):
 class AxisKind(enum.Enum):
     INT = "int"
     FLOAT = "float"
+    BOOL = "bool"
     NAME = "name"
 
 
 @dataclass(frozen=True, slots=True)
 class Axis:
-    """A sweepable replay keyword: its ``dmocker.replay.run`` name, value kind and lower bound."""
+    """A swept configuration field: its name, value kind, lower bound and how it was given."""
 
     key: str
     kind: AxisKind
     minimum: float | None = None
     exclusive_minimum: bool = False
+    vary: bool = False  # given as ``--vary KEY=...`` (else by its own flag)
 
     @property
     def flag(self) -> str:
-        return "--" + self.key.replace("_", "-")
+        return f"--vary {self.key}" if self.vary else "--" + self.key.replace("_", "-")
 
 
-#: Every sweepable keyword, in expansion order (the replay's keyword names).
+#: The fields with a sweep flag of their own, in expansion order (their flag names).
 AXES: tuple[Axis, ...] = (
     Axis("engine", AxisKind.NAME),
     Axis("router", AxisKind.NAME),
@@ -57,6 +68,24 @@ AXES: tuple[Axis, ...] = (
     Axis("rate", AxisKind.FLOAT, 0.0, exclusive_minimum=True),
     Axis("arrival_speedup_ratio", AxisKind.FLOAT, 0.0, exclusive_minimum=True),
 )
+_BY_KEY = {a.key: a for a in AXES}
+
+
+def axis_for(name: str) -> Axis:
+    """The axis of configuration field ``name`` (a flag name or a dotted path), as ``--vary``
+    gives it; :class:`GridError` when there is no such field or it cannot be swept."""
+    try:
+        paths = resolve_name(name)
+    except ConfigError as exc:
+        raise GridError(f"--vary {name}: {exc.detail}") from None
+    try:
+        kind_name, bound = axis_field(paths[0])
+    except ConfigError as exc:
+        raise GridError(f"--vary {name}: {exc.detail}") from None
+    kind = AxisKind(kind_name)
+    if bound is None:
+        return Axis(name, kind, vary=True)
+    return Axis(name, kind, bound.minimum, bound.exclusive, vary=True)
 
 _MAX_VALUES = 10_000  # per axis: a typo like 1..1000000 fails fast instead of filling memory
 
@@ -116,7 +145,12 @@ def parse_axis(axis: Axis, text: str) -> tuple[ConfigValue, ...]:
         if not item:
             raise GridError(f"{axis.flag}: empty item in {text!r}")
         if axis.kind is AxisKind.NAME:
-            values.append(item.lower())
+            values.append(item.lower() if axis.key == "engine" else item)
+        elif axis.kind is AxisKind.BOOL:
+            low = item.lower()
+            if low not in ("true", "false"):
+                raise GridError(f"{axis.flag}: {item!r} is not true or false")
+            values.append(low == "true")
         elif ".." in item:
             values.extend(_range(axis, item))
         else:
@@ -129,26 +163,40 @@ def parse_axis(axis: Axis, text: str) -> tuple[ConfigValue, ...]:
     return tuple(values)
 
 
+def axis_order(key: str) -> tuple[int, int]:
+    """Where axis ``key`` expands: :data:`AXES` first, then by the field's place in the config."""
+    if key in _BY_KEY:
+        return (0, AXES.index(_BY_KEY[key]))
+    try:
+        first = resolve_name(key)[0]
+    except ConfigError:
+        raise GridError(f"--vary {key}: no such configuration field or flag name") from None
+    order = field_paths()
+    return (1, order.index(first) if first in order else len(order))
+
+
 def expand(axes: dict[str, tuple[ConfigValue, ...]]) -> list[dict[str, ConfigValue]]:
-    """The cartesian product of the given axes, in :data:`AXES` order (last varies fastest)."""
-    known = [a.key for a in AXES]
-    unknown = sorted(k for k in axes if k not in known)
-    if unknown:
-        raise GridError(f"not a sweepable key: {', '.join(unknown)} (sweepable: {', '.join(known)})")
-    keys = [k for k in known if k in axes]
+    """The cartesian product of the given axes, in :func:`axis_order` (last varies fastest)."""
+    keys = sorted(axes, key=axis_order)
     return [dict(zip(keys, combo)) for combo in itertools.product(*(axes[k] for k in keys))]
 
 
 _SHORT = {"prefill_workers": "P", "decode_workers": "D"}
+_SAME = {"cluster.prefill_workers": "prefill_workers", "cluster.decode_workers": "decode_workers",
+         "cluster.engine": "engine", "router.name": "router"}
 
 
 def config_label(config: dict[str, ConfigValue]) -> str:
     """A short human label: ``2P+3D vllm bw=25`` (the P/D split first, then the rest)."""
+    config = {_SAME.get(k, k): v for k, v in config.items()}
     parts: list[str] = []
     if "prefill_workers" in config or "decode_workers" in config:
         parts.append("+".join(f"{config[k]}{s}" for k, s in _SHORT.items() if k in config))
     for k, v in config.items():
         if k in _SHORT:
             continue
-        parts.append(str(v) if k in ("engine", "router") else f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}")
+        if k in ("engine", "router"):
+            parts.append(str(v))
+        else:
+            parts.append(f"{k}={v:g}" if isinstance(v, float) else f"{k}={str(v).lower() if isinstance(v, bool) else v}")
     return " ".join(parts) if parts else "(base)"

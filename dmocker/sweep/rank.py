@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from dmocker.replay.report import JsonValue
 
@@ -74,11 +73,12 @@ def _num(summary: dict[str, JsonValue], key: str) -> float:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0.0
 
 
-def build_rows(results: Sequence[TaskResult], configs: Sequence[dict[str, ConfigValue]], base: dict[str, Any], target: float) -> list[Row]:
+def build_rows(results: Sequence[TaskResult], configs: Sequence[dict[str, ConfigValue]], gpus_of: Sequence[int],
+               base: dict[str, JsonValue], target: float) -> list[Row]:
+    """The rows of a sweep: each result with its swept values, GPU count and label (the P/D
+    split of the base configuration ``base``, in its file form, filled in)."""
     rows = []
-    for r, cfg in zip(results, configs):
-        merged = {**base, **cfg}
-        gpus = int(merged.get("prefill_workers", 2)) + int(merged.get("decode_workers", 2))
+    for r, cfg, gpus in zip(results, configs, gpus_of):
         label = _label(base, cfg)
         if r.summary is None or r.error is not None:  # failed (a broken run keeps its summary)
             rows.append(Row(r.index, cfg, r.summary, r.error, r.search, gpus, 0.0, 0.0, False, label))
@@ -91,10 +91,15 @@ def build_rows(results: Sequence[TaskResult], configs: Sequence[dict[str, Config
     return rows
 
 
-def _label(base: dict[str, Any], config: dict[str, ConfigValue]) -> str:
+def _label(base: dict[str, JsonValue], config: dict[str, ConfigValue]) -> str:
     """The row's name: its swept values, with the P/D split always shown (``9P+1D``)."""
-    pd = {k: base[k] for k in ("prefill_workers", "decode_workers")
-          if isinstance(base.get(k), int) and not isinstance(base.get(k), bool)}
+    cluster = base.get("cluster")
+    sizes = cluster if isinstance(cluster, dict) else base  # (sweep.json files before the config had sections)
+    pd: dict[str, ConfigValue] = {}
+    for k in ("prefill_workers", "decode_workers"):
+        v = sizes.get(k)
+        if isinstance(v, int) and not isinstance(v, bool):
+            pd[k] = v
     return config_label({**pd, **config})
 
 
@@ -181,7 +186,7 @@ def render_table(rows: Sequence[Row], *, target: float, max_rate: bool) -> str:
 def sweep_document(
     rows: Sequence[Row],
     *,
-    base: dict[str, Any],
+    base: dict[str, JsonValue],
     axes: dict[str, tuple[ConfigValue, ...]],
     sla: dict[str, float | None],
     target: float,
@@ -206,16 +211,9 @@ def sweep_document(
         if row.search is not None:
             entry["max_rate"] = row.search
         runs.append(entry)
-    base_json: dict[str, JsonValue] = {}
-    for k in sorted(base):
-        v = base[k]
-        if v is None or isinstance(v, (bool, int, float, str)):
-            base_json[k] = v
-        else:
-            base_json[k] = str(v)
     return {
         "dmocker_sweep": "1.0",
-        "base": base_json,
+        "base": base,
         "axes": {k: list(v) for k, v in axes.items()},
         "sla": {**{k: v for k, v in sla.items()}, "attainment": target},
         "max_rate": max_rate,
@@ -240,12 +238,12 @@ def rows_from_document(doc: dict[str, JsonValue]) -> tuple[list[Row], float, dic
     if not isinstance(target, (int, float)) or isinstance(target, bool):
         raise ValueError("sweep.json: sla.attainment must be a number")
     base = doc.get("base")
-    pd: dict[str, Any] = dict(base) if isinstance(base, dict) else {}
+    pd: dict[str, JsonValue] = dict(base) if isinstance(base, dict) else {}
     rows: list[Row] = []
     for i, run in enumerate(runs):
         if not isinstance(run, dict) or not isinstance(run.get("config"), dict) or not isinstance(run.get("gpus"), int):
             raise ValueError(f"sweep.json: runs[{i}] needs \"config\" (object) and \"gpus\" (integer)")
-        config = {k: v for k, v in run["config"].items() if isinstance(v, (int, float, str))}  # type: ignore[union-attr]
+        config = {k: v for k, v in run["config"].items() if isinstance(v, (bool, int, float, str))}  # type: ignore[union-attr]
         summary = run.get("summary")
         search = run.get("max_rate")
         error = run.get("error")

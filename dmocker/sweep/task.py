@@ -1,9 +1,10 @@
 """One sweep configuration, run to its result: a replay, or a capacity search of replays.
 
 Why a plain function over plain data: the same :func:`execute` runs in this process, in a
-process-pool worker or in a Ray task, so a task and its result are small picklable values
-(config, the replay's keyword arguments, JSON summaries) and nothing depends on where it ran.
-A configuration that raises is a result with an ``error``, never an exception out of the sweep.
+process-pool worker or in a Ray task, so a task and its result are small picklable values (the
+base :class:`~dmocker.replay.config.ReplayConfig`, the swept values, JSON summaries) and
+nothing depends on where it ran.  A configuration that raises is a result with an ``error``,
+never an exception out of the sweep.
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from dmocker.replay.api import run as replay_run
+from dmocker.replay.config import ReplayConfig, WorkloadKind
 from dmocker.replay.report import JsonValue
 
 from .grid import ConfigValue
@@ -40,12 +41,19 @@ class SearchSpec:
 
 @dataclass(frozen=True, slots=True)
 class SweepTask:
-    """Configuration ``index`` of the sweep: swept values over the base replay arguments."""
+    """Configuration ``index`` of the sweep: the swept values (by name) over the base config."""
 
     index: int
     config: dict[str, ConfigValue]
-    base: dict[str, Any]
+    base: ReplayConfig
     search: SearchSpec | None = None
+
+    def replay_config(self, trace: str | None = None) -> ReplayConfig:
+        """The configuration this task replays; ``trace``: where the trace is on this machine."""
+        cfg = self.base.with_values(self.config)
+        if trace is not None and cfg.workload.kind is WorkloadKind.TRACE:
+            cfg = cfg.with_values({"trace": trace})
+        return cfg
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,35 +73,28 @@ def attainment(summary: dict[str, JsonValue]) -> float:
     return good / n
 
 
-def _kwargs(task: SweepTask) -> dict[str, Any]:
-    kwargs = dict(task.base)
-    kwargs.update(task.config)
-    return kwargs
+def _replay(config: ReplayConfig) -> dict[str, JsonValue]:
+    return replay_run(config).summary
 
 
-def _replay(trace: str | None, kwargs: dict[str, Any]) -> dict[str, JsonValue]:
-    report = replay_run(trace, **kwargs)
-    return report.summary
-
-
-Replay = Callable[[str | None, dict[str, Any]], dict[str, JsonValue]]
+Replay = Callable[[ReplayConfig], dict[str, JsonValue]]
 
 
 def execute(task: SweepTask, trace: str | None, replay: Replay | None = None) -> TaskResult:
-    """Run ``task`` against the trace at local path ``trace`` (None: synthetic workload).
+    """Run ``task``, reading the trace (if its workload is one) at local path ``trace``.
 
     ``replay`` stands in for the replay in tests (default: ``dmocker.replay.run``'s summary).
     """
     do = replay or _replay
-    kwargs = _kwargs(task)
     search = task.search
     try:
+        config = task.replay_config(trace)
         if search is None:
-            summary = do(trace, kwargs)
+            summary = do(config)
             if summary.get("invariants_ok") is False:  # `dmocker replay` exits 1 on this too
                 return TaskResult(task.index, summary, f"end-of-run invariants broken: {summary.get('invariant_breaks')}")
             return TaskResult(task.index, summary)
-        summary, info = _search(search, lambda x: do(trace, {**kwargs, search.variable: x}))
+        summary, info = _search(search, lambda x: do(config.with_values({search.variable: x})))
         return TaskResult(task.index, summary, None, info)
     except Exception as exc:  # noqa: BLE001 - recorded, the sweep goes on
         return TaskResult(task.index, None, f"{type(exc).__name__}: {exc}")

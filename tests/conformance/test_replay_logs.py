@@ -34,7 +34,8 @@ CONFIGS: list[dict[str, object]] = [{"seed": s, **extra} for s, extra in enumera
 def test_replay_logs_conform(engine: str, config: dict[str, object], tmp_path: Path) -> None:
     events = tmp_path / "events.jsonl"
     records = tmp_path / "records.jsonl"
-    replay.run(synthetic=40, engine=engine, events=events, per_request=records, **config)
+    replay.run(replay.ReplayConfig.from_values({"synthetic": 40, "engine": engine, "events": events,
+                                                "per_request": records, **config}))
     order = order_for_engine(engine)
     assert order is ORDER_OF[engine]
     v = Validator(None)

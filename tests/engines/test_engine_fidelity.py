@@ -22,15 +22,17 @@ GOLDEN = json.loads((DATA / "reference_dynamo_1.6.1.json").read_text())
 
 @pytest.mark.parametrize("key", sorted(GOLDEN))
 def test_replay_matches_reference(key: str) -> None:
-    from dmocker.replay import run
+    from dmocker.replay import ReplayConfig, run
 
     backend, trace, *mode = key.split("/")
     kv: dict[str, object] = {}
     if mode:
         kv = dict(kv_transfer_bandwidth=1.0, kv_bytes_per_token=131072,
                   kv_transfer_timing_mode=mode[0])
-    summary = run(str(DATA / f"{trace}.jsonl"), prefill_workers=2, decode_workers=2,
-                  engine=backend, block_size=64, **kv).summary  # type: ignore[arg-type]
+    summary = run(ReplayConfig.from_values({
+        "trace": str(DATA / f"{trace}.jsonl"), "prefill_workers": 2, "decode_workers": 2, "engine": backend,
+        "block_size": 64, **kv,
+    })).summary
     expected = GOLDEN[key]
     for field, value in expected.items():
         assert summary[field] == pytest.approx(value, rel=1e-6, abs=1e-6), field

@@ -31,11 +31,13 @@ GOLDEN = json.loads((DATA / "reference_sglang_pressure_1.6.1.json").read_text())
 
 @pytest.mark.parametrize("trace", sorted(GOLDEN))
 def test_pressure_replay_matches_reference(trace: str) -> None:
-    from dmocker.replay import run
+    from dmocker.replay import ReplayConfig, run
 
     case = GOLDEN[trace]
-    summary = run(str(DATA / f"{trace}.jsonl"), prefill_workers=1, decode_workers=1,
-                  engine="sglang", block_size=64, num_gpu_blocks=case["num_gpu_blocks"]).summary
+    summary = run(ReplayConfig.from_values({
+        "trace": str(DATA / f"{trace}.jsonl"), "prefill_workers": 1, "decode_workers": 1, "engine": "sglang",
+        "block_size": 64, "num_gpu_blocks": case["num_gpu_blocks"],
+    })).summary
     for field, value in case["summary"].items():
         assert summary[field] == pytest.approx(value, rel=1e-6, abs=1e-6), field
 

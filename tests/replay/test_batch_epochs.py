@@ -20,6 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dmocker.engines.interface import BatchDelta
+from dmocker.replay import ReplayConfig
 from dmocker.replay.collector import Collector
 from dmocker.replay.faults import FaultPlan, Pool, WorkerCrash
 from dmocker.replay.workload import SyntheticSpec
@@ -78,8 +79,8 @@ def test_a_delta_that_does_not_lead_from_the_last_array_is_ignored() -> None:
     assert a.gaps.itl_stats() == b.gaps.itl_stats()
 
 
-def _run_both(tmp_path: Path, **kw: object) -> tuple[tuple[str, str], tuple[str, str], int]:
-    """``run(**kw)`` with the per-batch collector and with the plain one: (summary, records)
+def _run_both(tmp_path: Path, values: dict[str, object]) -> tuple[tuple[str, str], tuple[str, str], int]:
+    """The replay of ``values`` with the per-batch collector and with the plain one: (summary, records)
     of each, and the passes the per-batch one applied by batch."""
     import dmocker.replay.api as api
 
@@ -95,7 +96,7 @@ def _run_both(tmp_path: Path, **kw: object) -> tuple[tuple[str, str], tuple[str,
         for name, factory in (("epochs", per_batch), ("plain", lambda n: Collector(n, batch_epochs=False))):
             api.Collector = factory  # type: ignore[assignment,misc]
             records = tmp_path / f"{name}.jsonl"
-            report = api.run(per_request=str(records), **kw)  # type: ignore[arg-type]
+            report = api.run(ReplayConfig.from_values({"per_request": str(records), **values}))
             out.append((json.dumps(report.summary, sort_keys=True, default=str), records.read_text()))
     finally:
         api.Collector = saved  # type: ignore[misc]
@@ -111,13 +112,13 @@ def test_epochs_match_through_crashes_restarts_and_a_planner(tmp_path: Path, eng
     crashes = FaultPlan(crashes=(WorkerCrash(Pool.DECODE, 0, 2500.0), WorkerCrash(Pool.DECODE, 1, 6000.0)),
                         restart_s=1.0, cancel_rate=0.05, fail_rate=0.02, seed=3)
     block = {"block_size": 64} if engine == "sglang" else {}
-    epochs, plain, used = _run_both(tmp_path, synthetic=spec, engine=engine, prefill_workers=2, decode_workers=3,
-                                    faults=crashes, **block)
+    epochs, plain, used = _run_both(tmp_path, {"workload.synthetic": spec, "engine": engine, "prefill_workers": 2,
+                                               "decode_workers": 3, "faults": crashes, **block})
     assert used > 100, used
     assert epochs == plain
     # every 200 ms the pools swap between 1 and 3 workers: decode batches drained and refilled
-    epochs, plain, used = _run_both(tmp_path, synthetic=spec, engine=engine, prefill_workers=1, decode_workers=1,
-                                    planner=Stepper(), startup_time_s=0.05, **block)
+    epochs, plain, used = _run_both(tmp_path, {"workload.synthetic": spec, "engine": engine, "prefill_workers": 1,
+                                               "decode_workers": 1, "planner": Stepper(), "startup_time_s": 0.05, **block})
     assert used > 100, used
     assert epochs == plain
     summary = json.loads(epochs[0])

@@ -14,13 +14,14 @@ from pathlib import Path
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from dmocker.replay import run
+from dmocker.replay import ReplayConfig, run, run_pass_by_pass
 from dmocker.replay.faults import FaultPlan, Pool, WorkerCrash
 
 
 def _replay(tmp: Path, kw: dict[str, object], bulk: bool) -> tuple[str, str, str]:
     rec, ev = tmp / f"r{int(bulk)}.jsonl", tmp / f"e{int(bulk)}.jsonl"
-    report = run(per_request=rec, events=ev, bulk=bulk, **kw)  # type: ignore[arg-type]
+    replay = run if bulk else run_pass_by_pass
+    report = replay(ReplayConfig.from_values({"per_request": rec, "events": ev, **kw}))
     return rec.read_text(), ev.read_text(), json.dumps(report.summary, sort_keys=True)
 
 

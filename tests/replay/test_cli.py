@@ -58,14 +58,14 @@ def test_bad_trace_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str], lin
 @pytest.mark.parametrize(
     ("args", "expect"),
     [
-        (["--prefill-workers", "0"], "prefill_workers must be an integer >= 1"),
-        (["--decode-workers", "-2"], "decode_workers must be an integer >= 1"),
+        (["--prefill-workers", "0"], "--prefill-workers: field 'cluster.prefill_workers': must be >= 1"),
+        (["--decode-workers", "-2"], "--decode-workers: field 'cluster.decode_workers': must be >= 0, got -2"),
         (["--engine", "trtllm"], "engine 'trtllm' is not supported"),
         (["--engine", "foo"], "unknown engine 'foo'"),
-        (["--kv-transfer-bandwidth", "nan"], "kv_transfer_bandwidth"),
-        (["--kv-transfer-bandwidth", "-1"], "kv_transfer_bandwidth"),
-        (["--block-size", "0"], "block_size must be an integer >= 1"),
-        (["--rate", "0"], "field 'rate'"),
+        (["--kv-transfer-bandwidth", "nan"], "--kv-transfer-bandwidth: field 'transfer.bandwidth_gb_s': must be a finite"),
+        (["--kv-transfer-bandwidth", "-1"], "--kv-transfer-bandwidth: field 'transfer.bandwidth_gb_s': must be >= 0"),
+        (["--block-size", "0"], "--block-size: field 'prefill.block_size': must be >= 1"),
+        (["--rate", "0"], "--rate: field 'workload.synthetic.rate': must be > 0"),
         (["--max-in-flight", "0"], "max_in_flight"),
         (["--arrival-speedup-ratio", "0"], "arrival_speedup_ratio"),
     ],
@@ -149,9 +149,9 @@ def test_first_line_names_engine_pools_and_workload() -> None:
 
 def test_render_summary_heads_the_table() -> None:
     from dmocker.cli.replay import render_summary
-    from dmocker.replay import run
+    from dmocker.replay import ReplayConfig, run
 
-    report = run(synthetic=5, isl_mean=300, osl_mean=4)
+    report = run(ReplayConfig.from_values({"synthetic": 5, "isl_mean": 300, "osl_mean": 4}))
     lines = render_summary(report).splitlines()
     assert lines[0].startswith("dmocker replay: vllm 2P+2D, synthetic 5 requests")
     assert lines[1] == "-" * len(lines[0])

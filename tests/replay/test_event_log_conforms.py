@@ -9,7 +9,7 @@ import pytest
 from dmocker.cli.conform import main as conform_main
 from dmocker.handoff import Canceled
 
-from dmocker.replay import run
+from dmocker.replay import ReplayConfig, run
 
 from .helpers import fake_run
 
@@ -17,8 +17,10 @@ from .helpers import fake_run
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_replay_event_log_conforms(tmp_path: Path, engine: str, capsys: pytest.CaptureFixture[str]) -> None:
     ev = tmp_path / "events.jsonl"
-    run(synthetic=30, rate=30.0, isl_mean=900, osl_mean=8, engine=engine, block_size=64, events=ev,
-        kv_transfer_bandwidth=10.0, kv_bytes_per_token=131072)
+    run(ReplayConfig.from_values({
+        "synthetic": 30, "rate": 30.0, "isl_mean": 900, "osl_mean": 8, "engine": engine, "block_size": 64,
+        "events": ev, "kv_transfer_bandwidth": 10.0, "kv_bytes_per_token": 131072,
+    }))
     assert conform_main([str(ev)]) == 0
     assert "CONFORMS" in capsys.readouterr().out
 

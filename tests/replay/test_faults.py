@@ -19,8 +19,7 @@ from dmocker.conformance.stream import check_native
 from dmocker.conformance.validator import Validator
 from dmocker.engines.interface import make_worker
 from dmocker.handoff import HandoffCoordinator, HandoffOrder
-from dmocker.replay import run
-from dmocker.replay.api import resolve_engine_args
+from dmocker.replay import ReplayConfig, run
 from dmocker.replay.collector import Collector
 from dmocker.replay.fault_driver import FaultDriver
 from dmocker.replay.faults import FaultKind, FaultPlan, Pool, ScheduledFault, WorkerCrash, parse_worker_crash
@@ -49,7 +48,9 @@ def test_bad_crashes_are_rejected() -> None:
     with pytest.raises(ValueError, match="finite time"):
         FaultPlan(restart_s=-1.0)
     with pytest.raises(ValueError, match="decode pool has 2 worker"):
-        run(synthetic=3, faults=FaultPlan(crashes=(WorkerCrash(Pool.DECODE, 2, 10.0),)))
+        run(ReplayConfig.from_values({
+            "synthetic": 3, "faults": FaultPlan(crashes=(WorkerCrash(Pool.DECODE, 2, 10.0),)),
+        }))
 
 
 def test_cli_bad_fault_flags_exit_2_and_write_nothing(tmp_path: Path) -> None:
@@ -106,8 +107,13 @@ def test_faulty_runs_hold_every_invariant_and_rerun_byte_identically(tmp_path: P
 
 
 def test_zero_rates_change_nothing(tmp_path: Path) -> None:
-    plain = run(synthetic=60, per_request=tmp_path / "a.jsonl", events=tmp_path / "a-e.jsonl")
-    zero = run(synthetic=60, per_request=tmp_path / "b.jsonl", events=tmp_path / "b-e.jsonl", faults=FaultPlan())
+    plain = run(ReplayConfig.from_values({
+        "synthetic": 60, "per_request": tmp_path / "a.jsonl", "events": tmp_path / "a-e.jsonl",
+    }))
+    zero = run(ReplayConfig.from_values({
+        "synthetic": 60, "per_request": tmp_path / "b.jsonl", "events": tmp_path / "b-e.jsonl",
+        "faults": FaultPlan(),
+    }))
     assert plain.to_json() == zero.to_json()
     assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "b.jsonl").read_bytes()
     assert (tmp_path / "a-e.jsonl").read_bytes() == (tmp_path / "b-e.jsonl").read_bytes()
@@ -145,9 +151,8 @@ def _run_one(order: HandoffOrder, kind: FaultKind, step: int, crash: WorkerCrash
     """One request (plus a companion), a fault after its coordinator's ``step``-th input; returns
     the phase it landed in and the verdict of the end-of-run checks."""
     engine = ENGINES[order]
-    pargs, dargs = resolve_engine_args(engine, prefill_engine_args=None, decode_engine_args=None,
-                                       overrides={"block_size": 16, "num_gpu_blocks": 64, "kv_transfer_bandwidth": 0.01,
-                                                  "kv_bytes_per_token": 1000})
+    pargs, dargs = ReplayConfig.from_values({"engine": engine, "block_size": 16, "num_gpu_blocks": 64,
+                                             "kv_transfer_bandwidth": 0.01, "kv_bytes_per_token": 1000}).engine_args()
     workload = ScenarioWorkload((Request(0.0, 96, 3), Request(1.0, 64, 2)))
     plan = FaultPlan(crashes=(crash,) if crash else (), restart_s=0.02 if crash else None)
     driver = FaultDriver(plan, prefill_args=pargs, decode_args=dargs)
@@ -211,7 +216,10 @@ def test_each_fault_kind_at_each_phase(order: HandoffOrder, kind: FaultKind) -> 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_worker_crash_with_and_without_restart(engine: str, restart: float | None) -> None:
     crashes = (WorkerCrash(Pool.DECODE, 0, 1500.0), WorkerCrash(Pool.PREFILL, 1, 2500.0))
-    report = run(synthetic=80, engine=engine, block_size=64, faults=FaultPlan(crashes=crashes, restart_s=restart))
+    report = run(ReplayConfig.from_values({
+        "synthetic": 80, "engine": engine, "block_size": 64,
+        "faults": FaultPlan(crashes=crashes, restart_s=restart),
+    }))
     s = report.summary
     assert s["invariants_ok"] is True, s["invariant_breaks"]
     assert s["leaked_kv_blocks"] == 0
@@ -223,7 +231,9 @@ def test_worker_crash_with_and_without_restart(engine: str, restart: float | Non
 
 
 def test_a_pool_crashed_for_good_fails_its_requests() -> None:
-    report = run(synthetic=20, prefill_workers=1, faults=FaultPlan(crashes=(WorkerCrash(Pool.PREFILL, 0, 200.0),)))
+    report = run(ReplayConfig.from_values({
+        "synthetic": 20, "prefill_workers": 1, "faults": FaultPlan(crashes=(WorkerCrash(Pool.PREFILL, 0, 200.0),)),
+    }))
     s = report.summary
     assert s["invariants_ok"] is True, s["invariant_breaks"]
     assert s["completed_requests"] + s["failed_requests"] == 20  # type: ignore[operator]
@@ -232,7 +242,7 @@ def test_a_pool_crashed_for_good_fails_its_requests() -> None:
 
 def test_scheduled_faults_land_at_their_time() -> None:
     plan = FaultPlan(schedule=(ScheduledFault(0.5, 0, FaultKind.CANCEL), ScheduledFault(10_000.0, 1, FaultKind.FAIL)))
-    s = run(synthetic=4, faults=plan).summary
+    s = run(ReplayConfig.from_values({"synthetic": 4, "faults": plan})).summary
     assert s["canceled_requests"] == 1
     assert s["faults_injected"] == {"cancel": 1, "fail": 0, "timeout": 0, "worker_crash": 0, "worker_restart": 0}
 
@@ -249,7 +259,7 @@ def test_planted_leaks_are_caught(name: str, rate: float, invariant: str) -> Non
     cls: Callable[..., object] = getattr(leaky, name)
     plan = FaultPlan(cancel_rate=rate, seed=1)
     try:
-        report = run(synthetic=30, coordinator=cls, faults=plan)
+        report = run(ReplayConfig.from_values({"synthetic": 30, "coordinator": cls, "faults": plan}))
     except CoordinatorFault as exc:  # the monitor sees it before the end state does
         assert exc.invariant == invariant
         return
@@ -272,7 +282,7 @@ def test_a_leak_planted_in_an_engine_is_caught() -> None:
 
     end_of_run.check_end_of_run = leaky_check  # type: ignore[assignment]
     try:
-        s = run(synthetic=5).summary
+        s = run(ReplayConfig.from_values({"synthetic": 5})).summary
     finally:
         end_of_run.check_end_of_run = real
     assert s["invariants_ok"] is False and s["leaked_kv_blocks"] == 3
@@ -280,8 +290,10 @@ def test_a_leak_planted_in_an_engine_is_caught() -> None:
 
 def test_a_request_is_never_decoded_after_it_failed_before_activation(tmp_path: Path) -> None:
     plan = FaultPlan(fail_rate=0.3, timeout_rate=0.3, seed=4)
-    run(synthetic=60, kv_transfer_bandwidth=20.0, kv_bytes_per_token=200_000, faults=plan,
-        per_request=tmp_path / "r.jsonl")
+    run(ReplayConfig.from_values({
+        "synthetic": 60, "kv_transfer_bandwidth": 20.0, "kv_bytes_per_token": 200_000, "faults": plan,
+        "per_request": tmp_path / "r.jsonl",
+    }))
     failed_early = 0
     for line in (tmp_path / "r.jsonl").read_text().splitlines():
         rec = json.loads(line)
@@ -295,8 +307,10 @@ def test_a_request_is_never_decoded_after_it_failed_before_activation(tmp_path: 
 def test_failures_include_failed_submits_and_reservations(tmp_path: Path, engine: str) -> None:
     """Half the failures are a FAILED outcome of the first or second acquiring command: the
     command never reaches a worker, so the request has no worker on that side."""
-    report = run(synthetic=40, engine=engine, block_size=64, faults=FaultPlan(fail_rate=1.0, seed=2),
-                 per_request=tmp_path / "r.jsonl", events=tmp_path / "e.jsonl")
+    report = run(ReplayConfig.from_values({
+        "synthetic": 40, "engine": engine, "block_size": 64, "faults": FaultPlan(fail_rate=1.0, seed=2),
+        "per_request": tmp_path / "r.jsonl", "events": tmp_path / "e.jsonl",
+    }))
     assert report.summary["invariants_ok"] is True, report.summary["invariant_breaks"]
     first, second = ("prefill_worker_idx", "decode_worker_idx")[:: 1 if engine == "vllm" else -1]
     recs = [json.loads(line) for line in (tmp_path / "r.jsonl").read_text().splitlines()]

@@ -1,4 +1,5 @@
-"""docs/replay-fields.md documents every field a replay writes: summary, config, records, event log.
+"""The docs document every field a replay writes: summary, records and event log in
+docs/replay-fields.md, the config section (every dotted path) in docs/config.md.
 
 The field lists come from real runs (both engines, a trace and a synthetic workload, with SLA
 bounds so that the goodput fields exist), so a field added to the code without a line in the
@@ -14,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from dmocker.replay import run
+from dmocker.replay import ReplayConfig, run
+from dmocker.replay.config import field_paths
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "replay-fields.md"
+CONFIG_DOC = DOC.parent / "config.md"
 TRACE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "chat.jsonl"
 
 
@@ -34,29 +37,29 @@ def documented_names(text: str) -> set[str]:
     return names
 
 
+def _paths(value: object, prefix: str, tables: set[str]) -> set[str]:
+    """The dotted paths of a report's config section (a null table is not a field)."""
+    if isinstance(value, dict):
+        return set().union(*(_paths(v, f"{prefix}{k}.", tables) for k, v in value.items())) if value else set()
+    path = prefix.rstrip(".")
+    return set() if value is None and path in tables else {path}
+
+
 @pytest.fixture(scope="module")
 def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str]]:
     out = tmp_path_factory.mktemp("fields")
-    fields: dict[str, set[str]] = {"summary": set(), "config": set(), "workload": set(), "engine_args": set(),
-                                   "record": set(), "event": set()}
-    runs = [
+    fields: dict[str, set[str]] = {"summary": set(), "config": set(), "record": set(), "event": set()}
+    tables = {p.rsplit(".", i)[0] for p in field_paths() for i in range(1, p.count(".") + 1)}
+    runs: list[dict[str, object]] = [
         dict(synthetic=30, engine="vllm", sla_ttft_ms=50.0, sla_itl_ms=10.0, sla_e2e_ms=2000.0),
         dict(synthetic=30, engine="sglang", block_size=64, max_in_flight=4, turns=3),
         dict(trace=str(TRACE), engine="vllm", max_sim_time_ms=300.0),
     ]
     for i, kw in enumerate(runs):
         rec, ev = out / f"r{i}.jsonl", out / f"e{i}.jsonl"
-        trace = kw.pop("trace", None)
-        report = run(trace, per_request=rec, events=ev, **kw)  # type: ignore[arg-type]
+        report = run(ReplayConfig.from_values({"per_request": rec, "events": ev, **kw}))
         fields["summary"] |= set(report.summary)
-        fields["config"] |= set(report.config)
-        workload = report.config["workload"]
-        assert isinstance(workload, dict)
-        fields["workload"] |= set(workload)
-        for side in ("prefill_engine_args", "decode_engine_args"):
-            args = report.config[side]
-            assert isinstance(args, dict)
-            fields["engine_args"] |= set(args)
+        fields["config"] |= _paths(report.config, "", tables)
         for line in rec.read_text().splitlines():
             fields["record"] |= set(json.loads(line))
         for line in ev.read_text().splitlines()[1:]:
@@ -64,11 +67,12 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str]]:
     return fields
 
 
-@pytest.mark.parametrize("kind", ["summary", "config", "workload", "engine_args", "record", "event"])
+@pytest.mark.parametrize("kind", ["summary", "config", "record", "event"])
 def test_every_written_field_is_documented(written: dict[str, set[str]], kind: str) -> None:
-    names = documented_names(DOC.read_text(encoding="utf-8"))
+    doc = CONFIG_DOC if kind == "config" else DOC
+    names = documented_names(doc.read_text(encoding="utf-8"))
     missing = sorted(written[kind] - names)
-    assert missing == [], f"docs/replay-fields.md does not document these {kind} fields: {missing}"
+    assert missing == [], f"{doc.relative_to(DOC.parents[1])} does not document these {kind} fields: {missing}"
 
 
 def test_the_runs_write_the_fields_the_docs_promise(written: dict[str, set[str]]) -> None:
@@ -76,7 +80,8 @@ def test_the_runs_write_the_fields_the_docs_promise(written: dict[str, set[str]]
     assert {"goodput_completed_requests", "p99_itl_ms", "std_output_token_throughput_per_user"} <= written["summary"]
     assert {"uuid", "terminal_status", "source_released_ms"} <= written["record"]
     assert {"handoff", "t_ms", "event", "engine", "worker", "tokens", "detail"} <= written["event"]
-    assert {"path", "rate", "turn_delay_ms"} <= written["workload"]
+    assert {"workload.trace.path", "workload.synthetic.rate", "workload.synthetic.turn_delay_ms", "capped",
+            "decode.block_size", "router.kv.router_queue_policy"} <= written["config"]
 
 
 def test_expand_and_extract() -> None:

@@ -3,6 +3,7 @@ a coordinator that raises, breaks the protocol or never completes is reported (r
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dmocker.handoff import IssuedAction, SubmitPrefill
-from dmocker.replay import run
+from dmocker.replay import ReplayConfig, run
 from dmocker.replay.coordinators import CoordinatorFault
 from dmocker.replay.faults import FaultPlan, Pool, WorkerCrash
 from dmocker.check.mutant_catalogue import WrappedCoordinator
@@ -23,8 +24,13 @@ def _md5(path: Path) -> str:
 
 
 def _outputs(tmp: Path, tag: str, **kw: object) -> tuple[str, str, str]:
-    report = run(per_request=tmp / f"{tag}.jsonl", events=tmp / f"{tag}-e.jsonl", **kw)  # type: ignore[arg-type]
-    report.write(tmp / f"{tag}.json")
+    """md5s of the report (its config without the coordinator, which is what differs), the
+    per-request records and the event log."""
+    report = run(ReplayConfig.from_values({
+        "per_request": tmp / f"{tag}.jsonl", "events": tmp / f"{tag}-e.jsonl", **kw,
+    }))
+    config = {k: v for k, v in report.config.items() if k != "coordinator"}
+    dataclasses.replace(report, config=config).write(tmp / f"{tag}.json")
     assert report.summary["invariants_ok"] is True, report.summary["invariant_breaks"]
     return _md5(tmp / f"{tag}.json"), _md5(tmp / f"{tag}.jsonl"), _md5(tmp / f"{tag}-e.jsonl")
 
@@ -62,7 +68,7 @@ class SubmitsTwice(WrappedCoordinator):
 
 def test_a_raising_coordinator_is_reported_with_request_and_step() -> None:
     with pytest.raises(CoordinatorFault) as info:
-        run(synthetic=5, coordinator=Raises)
+        run(ReplayConfig.from_values({"synthetic": 5, "coordinator": Raises}))
     assert info.value.request_id == 0
     assert info.value.step == 3  # start, Submitted, then the first fact (SourceHeld)
     assert "raised RuntimeError: boom" in str(info.value)
@@ -70,7 +76,7 @@ def test_a_raising_coordinator_is_reported_with_request_and_step() -> None:
 
 def test_a_protocol_violation_is_caught_by_the_monitor() -> None:
     with pytest.raises(CoordinatorFault) as info:
-        run(synthetic=5, coordinator=SubmitsTwice)
+        run(ReplayConfig.from_values({"synthetic": 5, "coordinator": SubmitsTwice}))
     assert info.value.invariant is not None
     assert info.value.request_id == 0 and info.value.step == 1
 
@@ -79,7 +85,7 @@ def test_a_coordinator_that_never_completes_fails_the_run(tmp_path: Path) -> Non
     from dmocker.check.mutant_catalogue.plausible import IgnoresTransferCompleted
 
     out = tmp_path / "r.json"
-    report = run(synthetic=3, coordinator=IgnoresTransferCompleted)
+    report = run(ReplayConfig.from_values({"synthetic": 3, "coordinator": IgnoresTransferCompleted}))
     assert report.summary["invariants_ok"] is False
     breaks = report.summary["invariant_breaks"]
     assert isinstance(breaks, list) and breaks[0]["invariant"] == "coordinators_complete"  # type: ignore[index]

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from dmocker.replay import run
+from dmocker.replay import ReplayConfig, run
 from dmocker.replay.gc_quiet import YOUNG_THRESHOLD, collect_rarely
 
 
@@ -91,7 +91,7 @@ def test_nested_calls_keep_the_outer_settings() -> None:
 
 def test_a_replay_leaves_the_process_settings_as_they_were() -> None:
     gc.set_threshold(700, 10, 10)
-    report = run(synthetic=30, prefill_workers=1, decode_workers=1)
+    report = run(ReplayConfig.from_values({"synthetic": 30, "prefill_workers": 1, "decode_workers": 1}))
     assert report.summary["completed_requests"] == 30
     assert gc.get_threshold() == (700, 10, 10)
     assert gc.get_freeze_count() == 0

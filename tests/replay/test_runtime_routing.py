@@ -15,14 +15,14 @@ import pytest
 from dmocker.engines.hashing import block_hashes_from_trace
 from dmocker.engines.interface import Backend, EngineArgs, EngineRequest, WorkerType, make_worker
 from dmocker.handoff import Canceled, HandoffOrder
-from dmocker.replay import RouterConfig, RouterError, run
+from dmocker.replay import ReplayConfig, RouterConfig, RouterError, run
 from dmocker.replay.collector import Collector
 from dmocker.replay.routing import KvRouter, Pool, RouterContext
 from dmocker.replay.runtime import DisaggRuntime
 from dmocker.replay.workload import AdmissionQueue, SyntheticSpec, SyntheticWorkload
 
-SESSIONS = dict(synthetic=SyntheticSpec(requests=120, rate=20.0, isl_mean=1500, osl_mean=20, spread=0.3,
-                                        prefix_groups=0, turns=4, turn_delay_ms=50.0, seed=1))
+SESSIONS = {"workload.synthetic": SyntheticSpec(requests=120, rate=20.0, isl_mean=1500, osl_mean=20, spread=0.3,
+                                               prefix_groups=0, turns=4, turn_delay_ms=50.0, seed=1)}
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
@@ -32,8 +32,8 @@ def _records(path: Path) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_kv_routing_raises_prefix_reuse_over_round_robin_on_sessions(engine: str) -> None:
     kw: dict[str, Any] = dict(SESSIONS, engine=engine, block_size=64, prefill_workers=4, decode_workers=2)
-    rr = run(**kw)
-    kv = run(**kw, router="kv")
+    rr = run(ReplayConfig.from_values({**kw}))
+    kv = run(ReplayConfig.from_values({**kw, "router": "kv"}))
     assert kv.summary["router_mode"] == "kv_router"
     assert "router_mode" not in rr.summary  # round robin output is unchanged
     assert kv.summary["prefill_prefix_cache_reused_ratio"] > rr.summary["prefix_cache_reused_ratio"] + 0.1
@@ -42,7 +42,9 @@ def test_kv_routing_raises_prefix_reuse_over_round_robin_on_sessions(engine: str
 
 def test_records_carry_the_overlap_the_router_saw_and_decode_overrides_are_forced(tmp_path: Path) -> None:
     out = tmp_path / "r.jsonl"
-    run(**SESSIONS, engine="vllm", prefill_workers=3, decode_workers=2, router="kv", per_request=out)
+    run(ReplayConfig.from_values({
+        **SESSIONS, "engine": "vllm", "prefill_workers": 3, "decode_workers": 2, "router": "kv", "per_request": out,
+    }))
     recs = _records(out)
     assert all(r["decode_route_overlap_tokens"] == 0 for r in recs)  # decode: no overlap credit
     later = [r for r in recs if r["turn_index"] > 0]
@@ -53,7 +55,10 @@ def test_records_carry_the_overlap_the_router_saw_and_decode_overrides_are_force
 
 def test_pools_are_routed_separately(tmp_path: Path) -> None:
     out = tmp_path / "r.jsonl"
-    run(**SESSIONS, engine="sglang", block_size=64, prefill_workers=3, decode_workers=1, router="kv", per_request=out)
+    run(ReplayConfig.from_values({
+        **SESSIONS, "engine": "sglang", "block_size": 64, "prefill_workers": 3, "decode_workers": 1, "router": "kv",
+        "per_request": out,
+    }))
     recs = _records(out)
     assert {r["decode_worker_idx"] for r in recs} == {0}
     assert {r["prefill_worker_idx"] for r in recs} <= {0, 1, 2}
@@ -107,9 +112,11 @@ def test_cleanup_frees_every_route_and_restores_prefix_routing(threshold: float 
 
 
 def test_queue_threshold_runs_to_completion_with_every_policy() -> None:
-    base = dict(synthetic=SyntheticSpec(requests=80, rate=400.0, isl_mean=1500, osl_mean=10, seed=3),
-                engine="vllm", prefill_workers=2, decode_workers=2, router="kv")
-    outs = [run(**base, router_config=RouterConfig(router_queue_threshold=0.1, router_queue_policy=p))  # type: ignore[arg-type]
+    base = {"workload.synthetic": SyntheticSpec(requests=80, rate=400.0, isl_mean=1500, osl_mean=10, seed=3),
+            "engine": "vllm", "prefill_workers": 2, "decode_workers": 2, "router": "kv"}
+    outs = [run(ReplayConfig.from_values({
+        **base, "router.kv": RouterConfig(router_queue_threshold=0.1, router_queue_policy=p),
+    }))
             for p in ("fcfs", "lcfs", "wspt")]
     assert all(o.summary["completed_requests"] == 80 for o in outs)
     assert len({o.summary["mean_ttft_ms"] for o in outs}) > 1  # the policy matters under a backlog
@@ -120,12 +127,14 @@ def test_user_router_is_told_everything_and_its_choice_is_used(tmp_path: Path) -
 
     LastWorker.made.clear()
     out = tmp_path / "r.jsonl"
-    report = run(**SESSIONS, engine="vllm", prefill_workers=3, decode_workers=2,
-                 router="tests.replay.user_routers:LastWorker", per_request=out)
+    report = run(ReplayConfig.from_values({
+        **SESSIONS, "engine": "vllm", "prefill_workers": 3, "decode_workers": 2,
+        "router": "tests.replay.user_routers:LastWorker", "per_request": out,
+    }))
     recs = _records(out)
     assert {r["prefill_worker_idx"] for r in recs} == {2} and {r["decode_worker_idx"] for r in recs} == {1}
     assert report.summary["router_mode"] == "tests.replay.user_routers:LastWorker"
-    assert report.config["router"] == "tests.replay.user_routers:LastWorker"
+    assert report.config["router"]["name"] == "tests.replay.user_routers:LastWorker"  # type: ignore[index]
     prefill, decode = LastWorker.made
     # the class attribute wants_kv_events = True overrides the (compiled) base's property
     assert prefill.kv_batches > 0 and decode.kv_batches == 0
@@ -136,12 +145,12 @@ def test_user_router_is_told_everything_and_its_choice_is_used(tmp_path: Path) -
 
 def test_a_router_answering_a_worker_outside_the_pool_is_an_error_naming_the_request() -> None:
     with pytest.raises(RouterError, match=r"returned worker 99 for request \d+"):
-        run(synthetic=10, router="tests.replay.user_routers:OutOfPool")
+        run(ReplayConfig.from_values({"synthetic": 10, "router": "tests.replay.user_routers:OutOfPool"}))
 
 
 def test_a_class_without_the_protocol_is_rejected_before_running() -> None:
     with pytest.raises(ValueError, match="does not implement the Router protocol"):
-        run(synthetic=10, router="tests.replay.user_routers:NotARouter")
+        run(ReplayConfig.from_values({"synthetic": 10, "router": "tests.replay.user_routers:NotARouter"}))
 
 
 def _cli(args: list[str], hashseed: str) -> subprocess.CompletedProcess[str]:

@@ -5,13 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dmocker.replay import run
+from dmocker.replay import ReplayConfig, run
 
 
 def test_sglang_destination_first_causality(tmp_path: Path) -> None:
     rec, ev = tmp_path / "r.jsonl", tmp_path / "e.jsonl"
-    report = run(synthetic=40, rate=20.0, isl_mean=1200, osl_mean=20, engine="sglang", block_size=64,
-                 per_request=rec, events=ev)
+    report = run(ReplayConfig.from_values({
+        "synthetic": 40, "rate": 20.0, "isl_mean": 1200, "osl_mean": 20, "engine": "sglang", "block_size": 64,
+        "per_request": rec, "events": ev,
+    }))
     assert report.summary["handoff_order"] == "destination-first"
     assert report.summary["completed_requests"] == 40
     for line in rec.read_text().splitlines():

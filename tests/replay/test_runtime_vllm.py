@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dmocker.replay import run
+from dmocker.replay import ReplayConfig, run
 
 
 def _trace(tmp_path: Path, rows: list[dict[str, object]]) -> Path:
@@ -26,8 +26,10 @@ def _events(path: Path) -> list[dict[str, object]]:
 
 def test_lifecycle_causality_and_decode_only_report(tmp_path: Path) -> None:
     rec = tmp_path / "r.jsonl"
-    report = run(synthetic=60, rate=30.0, isl_mean=1500, osl_mean=30, per_request=rec,
-                 kv_transfer_bandwidth=10.0, kv_bytes_per_token=131072)
+    report = run(ReplayConfig.from_values({
+        "synthetic": 60, "rate": 30.0, "isl_mean": 1500, "osl_mean": 30, "per_request": rec,
+        "kv_transfer_bandwidth": 10.0, "kv_bytes_per_token": 131072,
+    }))
     assert report.summary["completed_requests"] == 60
     for r in _records(rec):
         assert r["prefill_admit_ms"] < r["source_held_ms"] <= r["destination_reserved_ms"]  # type: ignore[operator]
@@ -42,7 +44,10 @@ def test_transfer_delay_matches_the_formula(tmp_path: Path) -> None:
     # 1275 tokens x 131072 B at 10 GB/s = 16.711 ms, as Dynamo 1.6.1 reports.
     ev = tmp_path / "e.jsonl"
     trace = _trace(tmp_path, [{"timestamp": 0, "input_length": 1275, "output_length": 3, "hash_ids": [1, 2, 3]}])
-    run(trace, prefill_workers=1, decode_workers=1, kv_transfer_bandwidth=10.0, kv_bytes_per_token=131072, events=ev)
+    run(ReplayConfig.from_values({
+        "trace": trace, "prefill_workers": 1, "decode_workers": 1, "kv_transfer_bandwidth": 10.0,
+        "kv_bytes_per_token": 131072, "events": ev,
+    }))
     t = {e["event"]: e["t_ms"] for e in _events(ev)}
     assert t["transfer_completed"] - t["transfer_started"] == pytest.approx(16.711, abs=1e-3)  # type: ignore[operator]
 
@@ -53,8 +58,10 @@ def test_destination_missing_charges_only_what_the_destination_lacks(tmp_path: P
     rows = [{"timestamp": 0, "input_length": 1000, "output_length": 2, "hash_ids": [7, 8]},
             {"timestamp": 5000, "input_length": 1000, "output_length": 2, "hash_ids": [7, 8]}]
     ev = tmp_path / "e.jsonl"
-    run(_trace(tmp_path, rows), prefill_workers=1, decode_workers=1, kv_transfer_bandwidth=1.0,
-        kv_bytes_per_token=1_000_000, kv_transfer_timing_mode="destination-missing", events=ev)
+    run(ReplayConfig.from_values({
+        "trace": _trace(tmp_path, rows), "prefill_workers": 1, "decode_workers": 1, "kv_transfer_bandwidth": 1.0,
+        "kv_bytes_per_token": 1_000_000, "kv_transfer_timing_mode": "destination-missing", "events": ev,
+    }))
     events = _events(ev)
     dur = {}
     for h in (0, 1):
@@ -70,8 +77,10 @@ def test_full_prompt_mode_ignores_destination_cache(tmp_path: Path) -> None:
     rows = [{"timestamp": 0, "input_length": 1000, "output_length": 2, "hash_ids": [7, 8]},
             {"timestamp": 5000, "input_length": 1000, "output_length": 2, "hash_ids": [7, 8]}]
     ev = tmp_path / "e.jsonl"
-    run(_trace(tmp_path, rows), prefill_workers=1, decode_workers=1, kv_transfer_bandwidth=1.0,
-        kv_bytes_per_token=1_000_000, events=ev)
+    run(ReplayConfig.from_values({
+        "trace": _trace(tmp_path, rows), "prefill_workers": 1, "decode_workers": 1, "kv_transfer_bandwidth": 1.0,
+        "kv_bytes_per_token": 1_000_000, "events": ev,
+    }))
     events = _events(ev)
     for h in (0, 1):
         t = {e["event"]: e["t_ms"] for e in events if e["handoff"] == h}
@@ -82,7 +91,9 @@ def test_hidden_prefill_reports_reuse(tmp_path: Path) -> None:
     rows = [{"timestamp": 0, "input_length": 2048, "output_length": 2, "hash_ids": [1, 2, 3, 4]},
             {"timestamp": 3000, "input_length": 2048, "output_length": 2, "hash_ids": [1, 2, 3, 9]}]
     rec = tmp_path / "r.jsonl"
-    report = run(_trace(tmp_path, rows), prefill_workers=1, decode_workers=1, per_request=rec)
+    report = run(ReplayConfig.from_values({
+        "trace": _trace(tmp_path, rows), "prefill_workers": 1, "decode_workers": 1, "per_request": rec,
+    }))
     second = _records(rec)[1]
     assert second["prefill_reused_input_tokens"] == 1536
     assert second["reused_input_tokens"] == 1536
@@ -92,7 +103,10 @@ def test_hidden_prefill_reports_reuse(tmp_path: Path) -> None:
 def test_chunked_prefill_holds_the_handoff_until_materialized(tmp_path: Path) -> None:
     rows = [{"timestamp": 0, "input_length": 20000, "output_length": 3, "hash_ids": list(range(40))}]
     rec, ev = tmp_path / "r.jsonl", tmp_path / "e.jsonl"
-    run(_trace(tmp_path, rows), prefill_workers=1, decode_workers=1, per_request=rec, events=ev)
+    run(ReplayConfig.from_values({
+        "trace": _trace(tmp_path, rows), "prefill_workers": 1, "decode_workers": 1, "per_request": rec,
+        "events": ev,
+    }))
     r = _records(rec)[0]
     kinds = [e["event"] for e in _events(ev)]
     assert kinds.count("source_held") == 1
@@ -103,35 +117,41 @@ def test_chunked_prefill_holds_the_handoff_until_materialized(tmp_path: Path) ->
 
 
 def test_prompt_larger_than_the_decode_pool_fails_without_stalling() -> None:
-    report = run(synthetic=4, isl_mean=3000, osl_mean=5, spread=0.0, num_gpu_blocks=20)
+    report = run(ReplayConfig.from_values({
+        "synthetic": 4, "isl_mean": 3000, "osl_mean": 5, "spread": 0.0, "num_gpu_blocks": 20,
+    }))
     s = report.summary
     assert s["completed_requests"] == 0
     assert s["rejected_requests"] + s["failed_requests"] == 4
 
 
 def test_separate_engine_args_must_match() -> None:
-    from dmocker.engines.interface import Backend, EngineArgs, WorkerType
+    from dmocker.engines.interface import Backend, WorkerType
+    from dmocker.replay import ClusterConfig, ConfigError, PoolConfig
 
-    with pytest.raises(ValueError, match="block sizes must match"):
-        run(synthetic=2, prefill_engine_args=EngineArgs(block_size=32),
-            decode_engine_args=EngineArgs(block_size=64))
-    with pytest.raises(ValueError, match="engines must match"):
-        run(synthetic=2, prefill_engine_args=EngineArgs(backend=Backend.SGLANG, block_size=64, worker_type=WorkerType.PREFILL),
-            decode_engine_args=EngineArgs(block_size=64))
+    with pytest.raises(ConfigError, match="block sizes must match"):
+        ReplayConfig(prefill=PoolConfig(block_size=32), decode=PoolConfig(block_size=64))
+    # One engine for both pools, by construction: the pools cannot disagree on it.
+    prefill, decode = ReplayConfig(cluster=ClusterConfig(engine="sglang"), prefill=PoolConfig(block_size=64),
+                                   decode=PoolConfig(block_size=64)).engine_args()
+    assert prefill.backend is decode.backend is Backend.SGLANG
+    assert (prefill.worker_type, decode.worker_type) == (WorkerType.PREFILL, WorkerType.DECODE)
 
 
 def test_report_round_trip_is_stable(tmp_path: Path) -> None:
-    a = run(synthetic=30, rate=30.0, isl_mean=800, osl_mean=10)
-    b = run(synthetic=30, rate=30.0, isl_mean=800, osl_mean=10)
+    a = run(ReplayConfig.from_values({"synthetic": 30, "rate": 30.0, "isl_mean": 800, "osl_mean": 10}))
+    b = run(ReplayConfig.from_values({"synthetic": 30, "rate": 30.0, "isl_mean": 800, "osl_mean": 10}))
     assert a.to_json() == b.to_json()
     parsed = json.loads(a.to_json())
     assert set(parsed) == {"summary", "config"}
-    assert parsed["config"]["handoff_order"] == "source-first"
+    assert parsed["summary"]["handoff_order"] == "source-first" and parsed["config"]["cluster"]["engine"] == "vllm"
 
 
 def test_fixed_timing_option() -> None:
-    report = run(synthetic=5, rate=1.0, isl_mean=1000, osl_mean=4, spread=0.0,
-                 fixed_prefill_ms=20.0, fixed_decode_ms=5.0)
+    report = run(ReplayConfig.from_values({
+        "synthetic": 5, "rate": 1.0, "isl_mean": 1000, "osl_mean": 4, "spread": 0.0, "fixed_prefill_ms": 20.0,
+        "fixed_decode_ms": 5.0,
+    }))
     # TTFT = one 20 ms prefill pass + one 5 ms decode pass, with nothing queued at rate 1/s.
     assert report.summary["mean_ttft_ms"] == pytest.approx(25.0)
     assert report.summary["mean_itl_ms"] == pytest.approx(5.0, rel=1e-3)
@@ -139,7 +159,9 @@ def test_fixed_timing_option() -> None:
 
 def test_records_stream_back_through_the_report(tmp_path: Path) -> None:
     rec = tmp_path / "records.jsonl"
-    report = run(synthetic=12, rate=20.0, isl_mean=700, osl_mean=5, per_request=rec)
+    report = run(ReplayConfig.from_values({
+        "synthetic": 12, "rate": 20.0, "isl_mean": 700, "osl_mean": 5, "per_request": rec,
+    }))
     records = list(report.records())
     assert sorted(r["request_id"] for r in records) == list(range(12))
     fields = {"request_id", "uuid", "arrival_time_ms", "first_admit_ms", "first_token_ms", "last_token_ms",
@@ -149,4 +171,4 @@ def test_records_stream_back_through_the_report(tmp_path: Path) -> None:
               "source_released_ms", "terminal_status"}
     assert fields <= set(records[0])
     with pytest.raises(ValueError):
-        list(run(synthetic=2).records())
+        list(run(ReplayConfig.from_values({"synthetic": 2})).records())

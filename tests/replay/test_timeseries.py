@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from dmocker.replay import run
+from dmocker.replay import ReplayConfig, run, run_pass_by_pass
 from dmocker.replay.timeseries import CDF_POINTS, TimeSeriesRecorder
 
 SMALL = {"synthetic": 120, "rate": 30.0, "isl_mean": 900, "osl_mean": 30, "seed": 1}
@@ -70,8 +70,8 @@ def test_labels_may_appear_later() -> None:
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_recording_changes_nothing_and_records_the_standard_series(engine: str) -> None:
-    plain = run(engine=engine, **SMALL)
-    rec = run(engine=engine, timeseries=True, **SMALL)
+    plain = run(ReplayConfig.from_values({"engine": engine, **SMALL}))
+    rec = run(ReplayConfig.from_values({"engine": engine, "timeseries": True, **SMALL}))
     assert plain.timeseries is None
     assert rec.summary == plain.summary and rec.to_json() == plain.to_json()
     ts = rec.timeseries
@@ -94,7 +94,9 @@ def test_recording_changes_nothing_and_records_the_standard_series(engine: str) 
 
 
 def test_long_run_stays_bounded() -> None:
-    rep = run(synthetic=300, rate=0.5, isl_mean=600, osl_mean=8, timeseries=True)  # ~10 minutes virtual
+    rep = run(ReplayConfig.from_values({
+        "synthetic": 300, "rate": 0.5, "isl_mean": 600, "osl_mean": 8, "timeseries": True,
+    }))  # ~10 minutes virtual
     ts = rep.timeseries
     assert ts is not None and ts.duration_ms > 500_000
     assert all(s.values.shape[0] <= 1024 for s in ts.series.values())
@@ -108,7 +110,8 @@ def test_bulk_runs_sample_what_the_per_pass_replay_shows(engine: str, planner: s
     pass, not the whole run's at its start): every series equals the per-pass replay's."""
     kw = dict(synthetic=60, rate=10.0, isl_mean=600, osl_mean=300, block_size=16, engine=engine,
               decode_workers=2, timeseries=True, planner=planner, load_interval_s=0.5)
-    bulk, per_pass = run(**kw, bulk=True), run(**kw, bulk=False)  # type: ignore[arg-type]
+    config = ReplayConfig.from_values(kw)
+    bulk, per_pass = run(config), run_pass_by_pass(config)
     assert bulk.to_json() == per_pass.to_json()
     a, b = bulk.timeseries, per_pass.timeseries
     assert a is not None and b is not None and a.series.keys() == b.series.keys()

@@ -18,7 +18,7 @@ CASES = 12  # workloads drawn (seeded): each a few hundred milliseconds of repla
 
 def _cases() -> list[dict[str, object]]:
     """A seeded draw over the replay's paths: both engines, small pools that preempt or retract,
-    transfer delay, sessions, KV routing, per-pass (bulk=False) and bulk decoding, faults."""
+    transfer delay, sessions, KV routing, per-pass (run_pass_by_pass) and bulk decoding, faults."""
     rng = random.Random(20261203)
     cases: list[dict[str, object]] = []
     for i in range(CASES):
@@ -50,7 +50,7 @@ def main(argv: list[str]) -> None:
                             and "__editable__" not in getattr(f, "__name__", "")]
         sys.path.insert(0, argv[2])
     import dmocker.replay.runtime.loop
-    from dmocker.replay import run
+    from dmocker.replay import ReplayConfig, run, run_pass_by_pass
     from dmocker.replay.events import DeadEndError
     from dmocker.replay.faults import FaultPlan
 
@@ -63,7 +63,8 @@ def main(argv: list[str]) -> None:
             args["faults"] = FaultPlan(cancel_rate=0.05, fail_rate=0.05, timeout_rate=0.02, seed=int(fault[1]))
         records, events = out / f"{i}-records.jsonl", out / f"{i}-events.jsonl"
         try:
-            report = run(per_request=records, events=events, **args)  # type: ignore[arg-type]
+            replay = run if args.pop("bulk") else run_pass_by_pass
+            report = replay(ReplayConfig.from_values({"per_request": records, "events": events, **args}))
             outcome = repr(sorted(report.summary.items()))
         except DeadEndError as exc:  # tiny pools can leave prompts that never fit: compare that too
             outcome = f"{type(exc).__name__}: {exc}"

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("matplotlib")  # the optional plot extra; .ci/run installs it
 
 from dmocker.cli.replay import main as replay_main  # noqa: E402
-from dmocker.replay import run  # noqa: E402
+from dmocker.replay import ReplayConfig, run  # noqa: E402
 from dmocker.replay.timeseries import TimeSeriesRecorder  # noqa: E402
 from dmocker.report_html import render_html  # noqa: E402
 
@@ -32,7 +32,7 @@ def _no_fetches(page: str) -> None:
 
 @pytest.mark.slow
 def test_page_is_self_contained_and_deterministic() -> None:
-    report = run(timeseries=True, **SMALL)
+    report = run(ReplayConfig.from_values({"timeseries": True, **SMALL}))
     page = render_html(report)
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
     assert page.count("<svg") == STANDARD_FIGURES
@@ -41,12 +41,12 @@ def test_page_is_self_contained_and_deterministic() -> None:
     for sid in ("workers", "failures", "other"):  # no planner, no faults: no empty sections
         assert f'<section id="{sid}">' not in page
     _no_fetches(page)
-    assert render_html(run(timeseries=True, **SMALL)) == page
+    assert render_html(run(ReplayConfig.from_values({"timeseries": True, **SMALL}))) == page
 
 
 @pytest.mark.slow
 def test_planner_and_fault_series_get_their_sections() -> None:
-    report = run(timeseries=True, **SMALL)
+    report = run(ReplayConfig.from_values({"timeseries": True, **SMALL}))
     assert report.timeseries is not None
     rec = TimeSeriesRecorder(bucket_ms=report.timeseries.bucket_ms)
     counts = [("prefill", 2.0), ("decode", 2.0)]
@@ -128,7 +128,9 @@ def test_chromium_renders_the_figures(tmp_path: Path) -> None:
 def test_faults_add_a_failures_section() -> None:
     from dmocker.replay.faults import FaultPlan
 
-    report = run(timeseries=True, faults=FaultPlan(cancel_rate=0.1, fail_rate=0.1, seed=4), **SMALL)
+    report = run(ReplayConfig.from_values({
+        "timeseries": True, "faults": FaultPlan(cancel_rate=0.1, fail_rate=0.1, seed=4), **SMALL,
+    }))
     causes = report.summary["failures_by_cause"]
     assert isinstance(causes, dict) and causes["client_cancel"] and causes["action_failed"]
     page = render_html(report)

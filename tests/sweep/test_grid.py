@@ -54,7 +54,7 @@ def test_bad_values_name_the_flag(key: str, text: str, expect: str) -> None:
 
 
 def test_unknown_key() -> None:
-    with pytest.raises(GridError, match="not a sweepable key: bogus"):
+    with pytest.raises(GridError, match="--vary bogus: no such configuration field"):
         expand({"bogus": (1,)})
 
 

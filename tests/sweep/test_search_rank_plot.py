@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from dmocker.cli.main import main as dmocker_main
+from dmocker.replay import ReplayConfig
 from dmocker.sweep import plan_sweep, run_sweep
 from dmocker.sweep.plot import pareto
 from dmocker.sweep.rank import Row, cheapest, rank
@@ -93,7 +94,8 @@ def test_pareto_front_is_exactly_the_non_dominated(points: list[tuple[float, flo
 def test_plot_png_and_svg(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")  # the optional plot extra; .ci/run installs it
     base: dict[str, Any] = {"synthetic": 60, "rate": 25.0, "isl_mean": 900, "osl_mean": 24, "seed": 3, "sla_ttft_ms": 120.0}
-    outcome = run_sweep(plan_sweep(None, base, {"prefill_workers": (1, 2), "decode_workers": (1, 2)}), jobs=1)
+    outcome = run_sweep(plan_sweep(ReplayConfig.from_values(base), {"prefill_workers": (1, 2), "decode_workers": (1, 2)}),
+                        jobs=1)
     from dmocker.sweep.plot import plot_frontier
 
     png = plot_frontier(outcome.rows, tmp_path / "f.png", max_rate=False)

@@ -10,12 +10,13 @@ import pytest
 
 from dmocker.cli.main import main as dmocker_main
 from dmocker.cli.replay import main as replay_main
-from dmocker.replay import run as replay_run
+from dmocker.replay import ReplayConfig, run as replay_run
 from dmocker.sweep import Backend, plan_sweep, run_sweep
 
 WORKLOAD = ["--synthetic", "60", "--rate", "25", "--isl-mean", "900", "--osl-mean", "24", "--seed", "3"]
 BASE: dict[str, Any] = {"synthetic": 60, "rate": 25.0, "isl_mean": 900, "osl_mean": 24, "seed": 3,
                         "engine": "vllm", "sla_ttft_ms": 120.0}
+BASE_CONFIG = ReplayConfig.from_values(BASE)
 AXES: dict[str, tuple[Any, ...]] = {"prefill_workers": (1, 2), "decode_workers": (1, 2)}
 
 
@@ -38,13 +39,13 @@ def _sweep_json(tmp_path: Path, name: str, args: list[str]) -> tuple[int, bytes]
 
 
 def test_rows_equal_single_replays_serial_and_pool() -> None:
-    plan = plan_sweep(None, BASE, AXES)
+    plan = plan_sweep(BASE_CONFIG, AXES)
     serial = run_sweep(plan, jobs=1)
     pooled = run_sweep(plan, jobs=2)
     assert serial.document == pooled.document
     assert [r.config for r in serial.rows] == plan.configs
     for row in serial.rows:
-        single = replay_run(**{**BASE, **row.config})
+        single = replay_run(ReplayConfig.from_values({**BASE, **row.config}))
         assert row.summary == single.summary
 
 
@@ -55,7 +56,7 @@ def test_sweep_json_rows_are_what_replay_out_writes(tmp_path: Path) -> None:
     doc = json.loads(data)
     # one value is not an axis: it goes to "base"; rows name the swept values only
     assert [r["config"] for r in doc["runs"]] == [{"prefill_workers": 1}, {"prefill_workers": 2}]
-    assert doc["base"]["decode_workers"] == 1 and [r["gpus"] for r in doc["runs"]] == [2, 3]
+    assert doc["base"]["cluster"]["decode_workers"] == 1 and [r["gpus"] for r in doc["runs"]] == [2, 3]
     for run in doc["runs"]:
         out = tmp_path / "one.json"
         assert replay_main([*WORKLOAD, "--sla-ttft-ms", "120", "--prefill-workers", str(run["config"]["prefill_workers"]),
@@ -78,13 +79,14 @@ def test_byte_identical_across_jobs_and_ray(tmp_path: Path, ray_cluster: Any) ->
 @pytest.mark.slow
 def test_trace_shipped_to_pool_and_ray(tmp_path: Path, ray_cluster: Any) -> None:
     trace = _trace(tmp_path)
-    base = {"engine": "sglang", "sla_ttft_ms": 200.0}
-    plan = plan_sweep(str(trace), base, {"prefill_workers": (1, 2), "decode_workers": (1,), "arrival_speedup_ratio": (1.0, 3.0)})
+    base = {"trace": str(trace), "engine": "sglang", "sla_ttft_ms": 200.0}
+    plan = plan_sweep(ReplayConfig.from_values(base),
+                      {"prefill_workers": (1, 2), "decode_workers": (1,), "arrival_speedup_ratio": (1.0, 3.0)})
     results = [run_sweep(plan, jobs=1), run_sweep(plan, jobs=2), run_sweep(plan, backend=Backend.RAY)]
     assert results[0].document == results[1].document == results[2].document
     for row in results[2].rows:
         assert row.ok
-        assert row.summary == replay_run(str(trace), **{**base, **row.config}).summary
+        assert row.summary == replay_run(ReplayConfig.from_values({**base, **row.config})).summary
 
 
 def test_failing_configuration_is_recorded_and_the_sweep_goes_on(
@@ -94,10 +96,10 @@ def test_failing_configuration_is_recorded_and_the_sweep_goes_on(
 
     real = task_mod._replay
 
-    def flaky(trace: str | None, kwargs: dict[str, Any]) -> Any:
-        if kwargs.get("prefill_workers") == 2:
+    def flaky(config: ReplayConfig) -> Any:
+        if config.cluster.prefill_workers == 2:
             raise RuntimeError("worker exploded")
-        return real(trace, kwargs)
+        return real(config)
 
     monkeypatch.setattr(task_mod, "_replay", flaky)
     out = tmp_path / "sweep.json"
@@ -120,7 +122,7 @@ def test_failing_configuration_is_recorded_and_the_sweep_goes_on(
         (["--router", "kv-aware"], "unknown router"),
         (["--engine", "vllm,trtllm"], "trtllm"),
         (["--max-num-seqs", "0", "--engine", "vllm,sglang"], "max_num_seqs"),
-        (["--sla-ttft-ms", "-5"], "--sla-ttft-ms must be a number > 0"),
+        (["--sla-ttft-ms", "-5"], "--sla-ttft-ms: field 'sla.ttft_ms': must be > 0"),
         (["--sla-attainment", "1.5"], "--sla-attainment must be a number in (0, 1]"),
         (["--max-rate"], "--max-rate needs at least one SLA bound"),
         (["--max-rate", "--sla-ttft-ms", "100", "--rate", "10,20"], "do not sweep --rate"),
@@ -128,7 +130,13 @@ def test_failing_configuration_is_recorded_and_the_sweep_goes_on(
         (["--ray-address", "auto"], "--ray-address needs --backend ray"),
         (["--per-request", "r.jsonl"], "per-replay output"),
         (["--isl-mean", "0"], "isl_mean"),
-        (["--fault-fail-rate", "0.1"], "--fault-fail-rate is not supported by dmocker sweep"),
+        (["--fault-fail-rate", "1.5"], "--fault-fail-rate: field 'faults.fail_rate': must be <= 1"),
+        (["--vary", "decode.max_num_seqs=0,4"], "--vary decode.max_num_seqs: 0 must be >= 1"),
+        (["--vary", "no_such_field=1,2"], "--vary no_such_field: no such configuration field"),
+        (["--vary", "faults.crashes=1,2"], "cannot be swept"),
+        (["--vary", "prefill_workers=1,2", "--prefill-workers", "3,4"], "already swept"),
+        (["--vary", "cluster.prefill_workers=1,2", "--prefill-workers", "3,4"], "already swept"),
+        (["--vary", "max_num_seqs=4,8", "--max-num-seqs", "16"], "--max-num-seqs is also swept"),
     ],
 )
 def test_bad_input_exits_2_before_anything_runs(
@@ -181,9 +189,9 @@ def test_broken_invariants_fail_the_configuration_but_keep_its_summary(
 
     real = task_mod._replay
 
-    def broken(trace: str | None, kwargs: dict[str, Any]) -> Any:
-        summary = real(trace, kwargs)
-        if kwargs.get("prefill_workers") == 1:
+    def broken(config: ReplayConfig) -> Any:
+        summary = real(config)
+        if config.cluster.prefill_workers == 1:
             summary = {**summary, "invariants_ok": False, "invariant_breaks": [{"name": "x"}]}
         return summary
 
@@ -200,11 +208,31 @@ def test_broken_invariants_fail_the_configuration_but_keep_its_summary(
 
 
 def test_router_axis_rows_equal_single_replays() -> None:
-    plan = plan_sweep(None, BASE, {"router": ("round-robin", "kv"), "prefill_workers": (2,)})
+    plan = plan_sweep(BASE_CONFIG, {"router": ("round-robin", "kv"), "prefill_workers": (2,)})
     outcome = run_sweep(plan, jobs=2)
     modes = []
     for row in outcome.rows:
-        single = replay_run(**{**BASE, **row.config})
+        single = replay_run(ReplayConfig.from_values({**BASE, **row.config}))
         assert row.summary == single.summary
         modes.append(row.summary.get("router_mode", "round_robin"))
     assert modes == ["round_robin", "kv_router"]
+
+
+def test_vary_sweeps_any_field_by_name(tmp_path: Path) -> None:
+    """``--vary`` takes a dotted path (one pool) or a name (both pools), numbers and switches; each
+    row is the single replay of the base configuration with the row's values."""
+    code, data = _sweep_json(tmp_path, "sweep.json", [*WORKLOAD, "--vary", "decode.max_num_seqs=2,64",
+                                                      "--vary", "enable_prefix_caching=true,false", "--jobs", "2"])
+    assert code == 0
+    doc = json.loads(data)
+    # Expanded in the configuration's field order (prefill's fields before decode's), the last fastest.
+    assert [r["config"] for r in doc["runs"]] == [
+        {"decode.max_num_seqs": m, "enable_prefix_caching": c} for c in (True, False) for m in (2, 64)]
+    base = ReplayConfig.from_json(doc["base"])
+    assert base == ReplayConfig.from_values({k: v for k, v in BASE.items() if k != "sla_ttft_ms"}).resolved()
+    summaries = []
+    for run in doc["runs"]:
+        single = replay_run(base.with_values(run["config"]))
+        assert run["summary"] == json.loads(single.to_json())["summary"]
+        summaries.append(json.dumps(run["summary"], sort_keys=True))
+    assert len(set(summaries)) == 4  # every field swept changes the replay

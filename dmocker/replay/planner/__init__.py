@@ -1,7 +1,7 @@
 """Planner in the loop: a Python hook that scales the prefill and decode pools during a replay.
 
 Implement :class:`Planner` (``initial_tick_ms`` and ``on_tick``) and pass it as
-``dmocker.replay.run(..., planner=obj)`` or ``dmocker replay --planner MODULE:CLASS``; or use
+``ReplayConfig(planner=PlannerConfig(policy=obj))`` or ``dmocker replay --planner MODULE:CLASS``; or use
 a built-in policy (``throughput``, ``load``; :func:`builtin_planner`).
 """
 

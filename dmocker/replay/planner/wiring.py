@@ -1,8 +1,7 @@
-"""From ``run(..., planner=...)`` arguments to a :class:`PlannerLoop` (the api's one call).
+"""From the configuration's ``planner`` table to a :class:`PlannerLoop` (the api's one call).
 
-Why a module: ``dmocker.replay.api.run`` stays a flat argument checker; everything the
-planner adds to it (resolving the planner, validating its flags, building new workers, the
-config block of the report) lives here.
+Why a module: ``dmocker.replay.api.run`` stays a straight line; everything the planner adds to
+it (resolving the planner, checking its settings, building new workers) lives here.
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ from dataclasses import dataclass
 
 from dmocker.engines.interface import EngineArgs, EngineWorker, make_worker
 
-from ..report import JsonValue
 from .loop import PlannerLoop, check_initial_tick
 from .policies import PlannerSettings
 from .resolve import BUILTIN_PLANNERS, builtin_planner, load_planner
@@ -58,21 +56,6 @@ class PlannerOptions:
         else:
             label = f"{type(planner).__module__}:{type(planner).__qualname__}"
         return PlannerOptions(planner, label, float(startup_time_s), settings)
-
-    def config_json(self) -> dict[str, JsonValue]:
-        s = self.settings
-        out: dict[str, JsonValue] = {"planner": self.label, "startup_time_s": self.startup_time_s}
-        if self.label in BUILTIN_PLANNERS:
-            out["planner_settings"] = {
-                "sla_ttft_ms": s.sla_ttft_ms,
-                "sla_itl_ms": s.sla_itl_ms,
-                "throughput_interval_s": s.throughput_interval_s,
-                "load_interval_s": s.load_interval_s,
-                "min_endpoint": s.min_endpoint,
-                "max_gpu_budget": s.max_gpu_budget,
-                "max_replica_delta": s.max_replica_delta,
-            }
-        return out
 
 
 def build_planner_loop(

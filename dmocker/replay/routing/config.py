@@ -1,7 +1,7 @@
 """The KV router's knobs, with the reference's names and defaults, checked once.
 
-Why a frozen dataclass of its own: the CLI flags and ``dmocker.replay.run(router_config=...)``
-both land here, so every value is validated in one place and bad input fails with a message
+Why a frozen dataclass of its own: the CLI flags and the replay configuration's ``router.kv``
+table both land here, so every value is validated in one place and bad input fails with a message
 naming the field before any simulation work.  Names and defaults are those of the reference's
 ``KvRouterConfig`` (``ai-dynamo/dynamo`` ``lib/kv-router/src/scheduling/config.rs``, Dynamo
 1.6.1): overlap credit 1.0, no credit decay, prefill load scale 1.0, no per-request decode

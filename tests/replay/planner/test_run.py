@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from dmocker.cli.conform import main as conform_main
-from dmocker.replay import PlannerError, PlannerMetrics, ScalingDecision, run
+from dmocker.replay import PlannerError, PlannerMetrics, ReplayConfig, ScalingDecision, run
 
 from . import sample_planners as sp
 
@@ -30,8 +30,10 @@ def test_scaling_run_is_deterministic_complete_and_its_event_log_conforms(
     outs = []
     for k in range(2):
         ev, recs = tmp_path / f"ev{k}.jsonl", tmp_path / f"rec{k}.jsonl"
-        rep = run(**SMALL, engine=engine, planner=sp.Stepper(), startup_time_s=0.05,  # type: ignore[arg-type]
-                  events=ev, per_request=recs, kv_transfer_bandwidth=10.0, kv_bytes_per_token=131072)
+        rep = run(ReplayConfig.from_values({
+            **SMALL, "engine": engine, "planner": sp.Stepper(), "startup_time_s": 0.05, "events": ev,
+            "per_request": recs, "kv_transfer_bandwidth": 10.0, "kv_bytes_per_token": 131072,
+        }))
         outs.append((rep.to_json(), recs.read_bytes(), ev.read_bytes()))
     assert outs[0] == outs[1]
     s = rep.summary
@@ -42,7 +44,7 @@ def test_scaling_run_is_deterministic_complete_and_its_event_log_conforms(
     assert isinstance(workers, list) and len(workers) > 2  # scaled up at least once
     assert any(w["state"] == "removed" for w in workers)  # type: ignore[index]
     assert json.loads(rep.to_json())["planner"]["decisions"][0]["prefill_target"] == 3
-    assert rep.config["planner"] == f"{M}:Stepper"
+    assert rep.config["planner"]["policy"] == f"{M}:Stepper"  # type: ignore[index]
     assert conform_main([str(tmp_path / "ev0.jsonl")]) == 0, capsys.readouterr().out
 
 
@@ -61,7 +63,7 @@ class _Recorder:
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_worker_snapshots_read_the_mock_engines(engine: str) -> None:
     rec = _Recorder()
-    run(**SMALL, engine=engine, planner=rec)  # type: ignore[arg-type]
+    run(ReplayConfig.from_values({**SMALL, "engine": engine, "planner": rec}))
     snaps = [(m.prefill.workers, m.decode.workers) for m in rec.seen]
     prefill = [w for p, _ in snaps for w in p]
     decode = [w for _, d in snaps for w in d]
@@ -74,19 +76,20 @@ def test_worker_snapshots_read_the_mock_engines(engine: str) -> None:
 
 
 def test_without_a_planner_the_report_has_no_planner_section() -> None:
-    rep = run(synthetic=10)
+    rep = run(ReplayConfig.from_values({"synthetic": 10}))
     assert rep.planner is None and "planner" not in json.loads(rep.to_json())
-    assert "planner" not in rep.config
+    assert rep.config["planner"]["policy"] is None  # type: ignore[index]
 
 
 def test_builtin_policies_run_and_record_their_settings() -> None:
     for name in ("throughput", "load"):
-        rep = run(**SMALL, planner=name, throughput_interval_s=1.0, load_interval_s=0.5,  # type: ignore[arg-type]
-                  sla_ttft_ms=300.0)
+        rep = run(ReplayConfig.from_values({
+            **SMALL, "planner": name, "throughput_interval_s": 1.0, "load_interval_s": 0.5, "sla_ttft_ms": 300.0,
+        }))
         assert rep.summary["completed_requests"] == 120
-        assert rep.config["planner"] == name
-        settings = rep.config["planner_settings"]
-        assert isinstance(settings, dict) and settings["sla_ttft_ms"] == 300.0
+        planner, sla = rep.config["planner"], rep.config["sla"]
+        assert isinstance(planner, dict) and planner["policy"] == name and planner["load_interval_s"] == 0.5
+        assert isinstance(sla, dict) and sla["ttft_ms"] == 300.0
         assert rep.planner is not None and rep.planner["ticks"] > 0
 
 
@@ -103,7 +106,7 @@ def test_builtin_policies_run_and_record_their_settings() -> None:
 def test_a_planner_failing_mid_run_names_the_tick_and_writes_nothing(tmp_path: Path, cls: type, words: list[str]) -> None:
     recs = tmp_path / "r.jsonl"
     with pytest.raises(PlannerError) as err:
-        run(**SMALL, planner=cls(), per_request=recs)  # type: ignore[arg-type]
+        run(ReplayConfig.from_values({**SMALL, "planner": cls(), "per_request": recs}))
     for w in words:
         assert w in str(err.value)
     assert not recs.exists() and not list(tmp_path.iterdir())
@@ -126,7 +129,7 @@ def test_a_planner_failing_mid_run_names_the_tick_and_writes_nothing(tmp_path: P
 )
 def test_bad_planner_configuration_is_a_value_error(kwargs: dict[str, object], words: list[str]) -> None:
     with pytest.raises(ValueError) as err:
-        run(synthetic=5, **kwargs)  # type: ignore[arg-type]
+        run(ReplayConfig.from_values({"synthetic": 5, **kwargs}))
     for w in words:
         assert w in str(err.value)
 
@@ -150,4 +153,4 @@ def test_cli_exit_codes_and_nothing_half_written(tmp_path: Path) -> None:
     ok = _cli([*base, "--planner", f"{M}:Stepper", "--startup-time-s", "0.1"])
     assert ok.returncode == 0, ok.stderr
     rep = json.loads(out.read_text())
-    assert rep["config"]["startup_time_s"] == 0.1 and rep["planner"]["ticks"] > 0
+    assert rep["config"]["planner"]["startup_time_s"] == 0.1 and rep["planner"]["ticks"] > 0

@@ -1,0 +1,334 @@
+"""The sections of :class:`~dmocker.replay.config.ReplayConfig`, their ranges and their schema.
+
+Each section is a frozen dataclass; its fields' annotations say what a file or a flag may give
+and :data:`SCHEMA` holds the ranges (:class:`~dmocker.replay.config_schema.Bound`) and the
+rules of single fields.  Checks that read several fields live with ``ReplayConfig``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeAlias
+
+from dmocker.engines.engine_args import Backend, DecodeKvAccounting
+from dmocker.handoff import TransferTimingMode
+
+from .config_schema import Bound, Check, PythonObject, Schema
+from .faults import FaultPlan, ScheduledFault, WorkerCrash, parse_worker_crash
+from .routing.config import RouterConfig
+from .workload.synthetic import SyntheticSpec
+
+if TYPE_CHECKING:  # for the type checker only: at run time these fields are PythonObject
+    from .planner.protocol import Planner
+    from .workload.types import Workload
+
+    CoordinatorFactory: TypeAlias = Callable[..., object]
+
+__all__ = [
+    "ClusterConfig",
+    "DEFAULT_SYNTHETIC",
+    "LimitsConfig",
+    "OutputsConfig",
+    "PlannerConfig",
+    "PoolConfig",
+    "RoutingConfig",
+    "SCHEMA",
+    "SlaConfig",
+    "TraceFile",
+    "TransferConfig",
+    "WorkloadConfig",
+    "WorkloadKind",
+]
+
+DEFAULT_SYNTHETIC = SyntheticSpec(requests=300, rate=15.0, isl_mean=2000, osl_mean=200, seed=0)
+"""The built-in default workload (``dmocker replay`` with no arguments): small and quick."""
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """The engine both pools run (``vllm`` or ``sglang``) and the size of each pool."""
+
+    engine: str = "vllm"
+    prefill_workers: int = 2
+    decode_workers: int = 2
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """One pool's engine arguments (names and defaults of the reference's ``MockEngineArgs``;
+    :class:`~dmocker.engines.interface.EngineArgs` documents each).  ``block_size`` None: the
+    engine's default (vLLM 64, SGLang 1).  The KV link's settings are in ``transfer``."""
+
+    block_size: int | None = None
+    num_gpu_blocks: int = 16384
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    max_model_len: int | None = None
+    enable_prefix_caching: bool = True
+    enable_chunked_prefill: bool = True
+    speedup_ratio: float = 1.0
+    decode_speedup_ratio: float = 1.0
+    fixed_prefill_ms: float | None = None
+    fixed_decode_ms: float | None = None
+    decode_kv_accounting: DecodeKvAccounting = DecodeKvAccounting.LOGICAL
+    max_prefill_tokens: int = 16384
+    chunked_prefill_size: int = 8192
+    schedule_conservativeness: float = 1.0
+    clip_max_new_tokens: int = 4096
+    new_token_ratio_decay_steps: int = 600
+    min_new_token_ratio_factor: float = 0.14
+
+
+@dataclass(frozen=True)
+class TransferConfig:
+    """The prefill-to-decode KV link: ``bandwidth_gb_s`` (decimal GB/s) and ``kv_bytes_per_token``
+    (both needed for a transfer to take time), and which tokens a transfer is charged for."""
+
+    bandwidth_gb_s: float | None = None
+    kv_bytes_per_token: int | None = None
+    timing_mode: TransferTimingMode = TransferTimingMode.FULL_PROMPT
+
+
+@dataclass(frozen=True)
+class RoutingConfig:
+    """Worker selection for both pools: ``name`` is ``round-robin``, ``kv`` or ``MODULE:CLASS``
+    (a class implementing :class:`dmocker.replay.routing.Router`); ``kv`` holds the KV router's
+    settings; ``seed`` seeds its sampling (``router_temperature`` > 0)."""
+
+    name: str = "round-robin"
+    seed: int = 0
+    kv: RouterConfig = field(default_factory=RouterConfig)
+
+
+@dataclass(frozen=True)
+class PlannerConfig:
+    """Autoscaling in the loop.  ``policy``: None (fixed pools), ``throughput`` or ``load``
+    (built-in; their SLA targets are ``sla.ttft_ms`` / ``sla.itl_ms``), ``MODULE:CLASS`` (built
+    with no arguments) or, from Python, an object with ``initial_tick_ms()`` and
+    ``on_tick(metrics)``.  New workers are ready ``startup_time_s`` after a scale-up."""
+
+    policy: str | Planner | None = None
+    startup_time_s: float = 0.0
+    throughput_interval_s: float = 180.0
+    load_interval_s: float = 5.0
+    min_endpoint: int = 1
+    max_gpu_budget: int = 8  # < 0: no cap
+
+
+@dataclass(frozen=True)
+class TraceFile:
+    """A Mooncake JSONL trace: ``trace_block_size`` tokens per hash id; ``clamp_input_length``
+    reproduces the reference's silent clamp of ``input_length`` to what the hash ids hold."""
+
+    path: str
+    trace_block_size: int = 512
+    clamp_input_length: bool = False
+
+
+class WorkloadKind(enum.Enum):
+    """The three workload sources (their values name :class:`WorkloadConfig`'s fields)."""
+
+    TRACE = "trace"
+    SYNTHETIC = "synthetic"
+    EXPLICIT = "explicit"
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    """What arrives: a ``trace``, the ``synthetic`` generator (None with no trace: the built-in
+    :data:`DEFAULT_SYNTHETIC`) or, from Python, an ``explicit``
+    :class:`~dmocker.replay.workload.Workload` object; give one.  ``arrival_speedup_ratio``
+    divides arrival times and think times (for the generator: multiplies its rate)."""
+
+    trace: TraceFile | None = None
+    synthetic: SyntheticSpec | None = None
+    explicit: Workload | None = None
+    arrival_speedup_ratio: float = 1.0
+
+    @property
+    def kind(self) -> WorkloadKind:
+        """``trace``, ``synthetic`` or ``explicit`` (see :class:`WorkloadKind`)."""
+        if self.trace is not None:
+            return WorkloadKind.TRACE
+        if self.explicit is not None:
+            return WorkloadKind.EXPLICIT
+        return WorkloadKind.SYNTHETIC
+
+    @property
+    def synthetic_spec(self) -> SyntheticSpec:
+        """The generator's parameters (the built-in default when none were given)."""
+        return self.synthetic if self.synthetic is not None else DEFAULT_SYNTHETIC
+
+    @property
+    def workload_object(self) -> Workload:
+        """The explicit workload (only for kind ``explicit``)."""
+        if self.explicit is None:
+            raise ValueError("this workload is not an explicit Workload object")
+        return self.explicit
+
+
+@dataclass(frozen=True)
+class SlaConfig:
+    """Goodput bounds (ms; None: not checked): a completed request is good when within all."""
+
+    ttft_ms: float | None = None
+    itl_ms: float | None = None
+    e2e_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class LimitsConfig:
+    """``max_sim_time_ms``: a soft cap on simulated time; ``max_in_flight``: concurrency mode
+    (at most this many sessions in flight) instead of the trace's arrival times."""
+
+    max_sim_time_ms: float | None = None
+    max_in_flight: int | None = None
+
+
+@dataclass(frozen=True)
+class OutputsConfig:
+    """JSONL files written atomically (nothing appears on error) and the HTML report's series."""
+
+    per_request: str | None = None
+    events: str | None = None
+    timeseries: bool = False
+
+
+def _known_engine(value: object) -> str | None:
+    text = str(value).strip().lower()
+    if text in ("trtllm", "trt-llm", "trt_llm"):
+        # The reference rejects it too: its mock has no destination-side handoff.
+        return "engine 'trtllm' is not supported by the disaggregated replay (TRT-LLM has no " \
+               "destination handoff): use 'vllm' or 'sglang'"
+    try:
+        Backend.parse(text)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _router_name(value: object) -> str | None:
+    text = str(value).strip()
+    key = text.lower().replace("_", "-")
+    if key in ("round-robin", "roundrobin", "rr", "kv", "kv-router"):
+        return None
+    module, colon, cls = text.partition(":")
+    if colon and module and cls:
+        return None
+    return f"unknown router {value!r}: expected 'round-robin', 'kv' or MODULE:CLASS"
+
+
+def _planner_policy(value: object) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        module, colon, cls = text.partition(":")
+        if text in ("throughput", "load") or (colon and module and cls):
+            return None
+        return f"expected 'throughput', 'load' or MODULE:CLASS, got {value!r}"
+    missing = [m for m in ("initial_tick_ms", "on_tick") if not callable(getattr(value, m, None))]
+    if missing:
+        return (f"a planner object needs initial_tick_ms() and on_tick(metrics): a {type(value).__name__} "
+                f"has no {' and no '.join(missing)}")
+    return None
+
+
+def _explicit_workload(value: object) -> str | None:
+    needed = ("session_starts", "load", "delay_of", "num_requests", "trace_block_size")
+    missing = [n for n in needed if not hasattr(value, n)]
+    if missing:
+        return f"a Workload object needs {', '.join(missing)} (dmocker.replay.workload.Workload)"
+    return None
+
+
+def _spread(value: object) -> str | None:
+    return None if isinstance(value, float) and value < 1.0 else "must be < 1"
+
+
+_AT_LEAST_0 = Bound(0)
+_AT_LEAST_1 = Bound(1)
+_ABOVE_0 = Bound(0, exclusive=True)
+_PROBABILITY = Bound(0, maximum=1)
+
+_BOUNDS: dict[tuple[type, str], Bound] = {
+    (ClusterConfig, "prefill_workers"): _AT_LEAST_0,
+    (ClusterConfig, "decode_workers"): _AT_LEAST_0,
+    **{(PoolConfig, n): _AT_LEAST_1 for n in (
+        "block_size", "num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
+        "max_prefill_tokens", "chunked_prefill_size", "clip_max_new_tokens", "new_token_ratio_decay_steps")},
+    (PoolConfig, "schedule_conservativeness"): _ABOVE_0,
+    (PoolConfig, "fixed_prefill_ms"): _AT_LEAST_0,
+    (PoolConfig, "fixed_decode_ms"): _AT_LEAST_0,
+    (TransferConfig, "bandwidth_gb_s"): _AT_LEAST_0,
+    (TransferConfig, "kv_bytes_per_token"): _AT_LEAST_0,
+    (RoutingConfig, "seed"): _AT_LEAST_0,
+    **{(RouterConfig, f.name): _AT_LEAST_0 for f in dataclasses.fields(RouterConfig)},
+    (PlannerConfig, "startup_time_s"): _AT_LEAST_0,
+    (PlannerConfig, "throughput_interval_s"): _ABOVE_0,
+    (PlannerConfig, "load_interval_s"): _ABOVE_0,
+    (PlannerConfig, "min_endpoint"): _AT_LEAST_0,
+    (FaultPlan, "cancel_rate"): _PROBABILITY,
+    (FaultPlan, "fail_rate"): _PROBABILITY,
+    (FaultPlan, "timeout_rate"): _PROBABILITY,
+    (FaultPlan, "seed"): _AT_LEAST_0,
+    (FaultPlan, "restart_s"): _AT_LEAST_0,
+    (WorkerCrash, "index"): _AT_LEAST_0,
+    (WorkerCrash, "t_ms"): _AT_LEAST_0,
+    (ScheduledFault, "t_ms"): _AT_LEAST_0,
+    (ScheduledFault, "request_id"): _AT_LEAST_0,
+    (TraceFile, "trace_block_size"): _AT_LEAST_1,
+    **{(SyntheticSpec, n): _AT_LEAST_1 for n in ("requests", "isl_mean", "osl_mean", "turns", "trace_block_size")},
+    (SyntheticSpec, "rate"): _ABOVE_0,
+    (SyntheticSpec, "spread"): _AT_LEAST_0,
+    (SyntheticSpec, "prefix_groups"): _AT_LEAST_0,
+    (SyntheticSpec, "prefix_ratio"): _PROBABILITY,
+    (SyntheticSpec, "turn_delay_ms"): _AT_LEAST_0,
+    (SyntheticSpec, "seed"): _AT_LEAST_0,
+    (WorkloadConfig, "arrival_speedup_ratio"): _ABOVE_0,
+    (SlaConfig, "ttft_ms"): _ABOVE_0,
+    (SlaConfig, "itl_ms"): _ABOVE_0,
+    (SlaConfig, "e2e_ms"): _ABOVE_0,
+    (LimitsConfig, "max_sim_time_ms"): _AT_LEAST_0,
+    (LimitsConfig, "max_in_flight"): _AT_LEAST_1,
+}
+
+_CHECKS: dict[tuple[type, str], Check] = {
+    (ClusterConfig, "engine"): _known_engine,
+    (RoutingConfig, "name"): _router_name,
+    (PlannerConfig, "policy"): _planner_policy,
+    (WorkloadConfig, "explicit"): _explicit_workload,
+    (SyntheticSpec, "spread"): _spread,
+}
+
+
+def _text_of(value: object) -> str:
+    """The file form of a Python object in the configuration: ``MODULE:CLASS``, what
+    ``--planner`` and ``--coordinator`` take (read back, the class is built with no arguments);
+    a coordinator adapter gives its target's name.  A workload object's text is not read back
+    (``workload.explicit`` takes Python objects only): a file must give a trace or a generator."""
+    name = getattr(value, "name", None)
+    if isinstance(name, str) and callable(value) and ":" in name:
+        return name
+    cls = value if isinstance(value, type) else type(value)
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _crash_label(crash: object) -> str:
+    assert isinstance(crash, WorkerCrash)
+    return crash.label()
+
+
+SCHEMA = Schema(
+    bounds=_BOUNDS,
+    checks=_CHECKS,
+    namespace={"Planner": PythonObject, "Workload": PythonObject, "CoordinatorFactory": PythonObject},
+    text_of=_text_of,
+    # A crash is written as the --worker-crash text (``decode:0@2500``); a table is read too.
+    text_forms={WorkerCrash: (parse_worker_crash, _crash_label)},
+    # A file's [workload.synthetic] table changes the built-in default workload.
+    table_defaults={SyntheticSpec: DEFAULT_SYNTHETIC},
+)
