@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import os
 import runpy
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from setuptools import setup
@@ -85,11 +87,30 @@ def _extensions_in_tree() -> list[Path]:
     return [p for p in (ROOT / PACKAGE).rglob("*") if p.name.endswith((".so", ".pyd")) and p.is_file()]
 
 
+def _in_parallel(compile_one: Callable[..., list[str]], jobs: int) -> Callable[..., list[str]]:
+    """A compiler's ``compile`` that runs one compiler process per source file, ``jobs`` at a
+    time (setuptools compiles an extension's sources one after the other)."""
+
+    def compile_all(sources: list[str], *args: object, **kwargs: object) -> list[str]:
+        if jobs < 2 or len(sources) < 2:
+            return compile_one(sources, *args, **kwargs)
+        with ThreadPoolExecutor(jobs) as pool:
+            parts = list(pool.map(lambda source: compile_one([source], *args, **kwargs), sources))
+        return [obj for part in parts for obj in part]
+
+    return compile_all
+
+
 def _compiled_build_ext(record_lines: list[str]) -> type[build_ext]:
     class BuildExtWithRecord(build_ext):
-        """Writes the record of the compiled sources beside the extensions (into the wheel; into
-        the tree too when building in place, as an editable install does), and removes from the
-        tree the extension modules of an earlier build that this one did not make."""
+        """Compiles the C sources of the core on every core of the machine; writes the record
+        of the compiled sources beside the extensions (into the wheel; into the tree too when
+        building in place, as an editable install does), and removes from the tree the
+        extension modules of an earlier build that this one did not make."""
+
+        def build_extensions(self) -> None:
+            self.compiler.compile = _in_parallel(self.compiler.compile, os.cpu_count() or 1)  # type: ignore[method-assign]
+            super().build_extensions()
 
         def run(self) -> None:
             super().run()
@@ -124,7 +145,11 @@ def _setup_compiled() -> None:
     prefix = PACKAGE + "/"
     # recorded before mypyc reads the sources: an edit made during the build is seen at import
     lines = [_RECORD["record_line"](package_dir, path.removeprefix(prefix)) for path in COMPILED]
-    setup(ext_modules=list(mypycify(COMPILED, opt_level="3", group_name=f"{PACKAGE}._native")),
+    # One C file per module (multi_file), so that the compiler runs on all cores at once.
+    extensions = list(mypycify(COMPILED, opt_level="3", group_name=f"{PACKAGE}._native", multi_file=True))
+    for ext in extensions:  # the per-module files include the group's header, written beside its C file
+        ext.include_dirs.append(os.path.join("build", PACKAGE))
+    setup(ext_modules=extensions,
           cmdclass={"build_ext": _compiled_build_ext(lines)})
 
 
