@@ -24,6 +24,7 @@ from dmocker.check.mutants import DEFAULT_CATALOGUE, CatalogueError, kill_table,
 from dmocker.check.report import render_json, render_junit, render_text
 from dmocker.check.target import DEFAULT_TARGET, TargetError, load_target
 from dmocker.cli.io import int_at_least
+from .io import VerbRegistry
 
 _ORDERS = {
     "source-first": (HandoffOrder.SOURCE_FIRST,),
@@ -35,7 +36,7 @@ _ORDERS = {
 _positive = int_at_least(1)
 
 
-def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def add_parser(subparsers: VerbRegistry) -> None:
     p = subparsers.add_parser(
         "check",
         help="explore every state of a coordinator against an adversarial environment",
@@ -137,7 +138,7 @@ def _run_mutants(args: argparse.Namespace, spec: ProtocolSpec, orders: tuple[Han
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry (the lead's dmocker.cli.main wires ``add_parser`` into ``dmocker``)."""
+    """Stand-alone entry (dmocker.cli.main wires ``add_parser`` into ``dmocker``)."""
     parser = argparse.ArgumentParser(prog="dmocker")
     sub = parser.add_subparsers(dest="command", required=True)
     add_parser(sub)

@@ -21,9 +21,10 @@ from dmocker.conformance.report import dumps, render_junit, render_text, to_json
 from dmocker.conformance.stream import LogFormat, check_lines
 from dmocker.conformance.validator import Validator
 from dmocker.handoff import HandoffOrder, order_for_engine
+from .io import VerbRegistry
 
 
-def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def add_parser(subparsers: VerbRegistry) -> None:
     parser = subparsers.add_parser(
         "conform",
         help="validate a handoff event log (or Dynamo per-request records) against the spec",

@@ -17,8 +17,10 @@ from dmocker.handoff import (
     fair_environment,
 )
 
+from .io import VerbRegistry
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+
+def add_parser(subparsers: VerbRegistry) -> None:
     p = subparsers.add_parser("demo", help="walk one complete handoff per order")
     p.add_argument("--order", choices=[o.value for o in HandoffOrder], help="only this order")
     p.set_defaults(func=run)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from dmocker._atomic import write_atomic
 from dmocker.handoff import ProtocolSpec, SpecError, load_spec
 from dmocker.handoff import HandoffOrder
+from .io import VerbRegistry
 
 if TYPE_CHECKING:
     from dmocker.diagrams.model import Diagram
@@ -33,7 +34,7 @@ the compiled table.  Mermaid and DOT are written by dmocker; SVG and PNG need Gr
 """
 
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(subparsers: VerbRegistry) -> None:
     """Register ``diagram`` on the top-level CLI."""
     parser = subparsers.add_parser(
         "diagram",

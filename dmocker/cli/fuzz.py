@@ -17,6 +17,7 @@ import argparse
 import sys
 
 from dmocker.cli.io import int_at_least
+from .io import VerbRegistry
 
 __all__ = ["add_parser", "run", "replay_scenario"]
 
@@ -29,7 +30,7 @@ _positive = int_at_least(1)
 _seed = int_at_least(0)
 
 
-def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def add_parser(subparsers: VerbRegistry) -> None:
     p = subparsers.add_parser(
         "fuzz",
         help="search small cluster scenarios (faults, crashes) that break a coordinator",

@@ -7,8 +7,17 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
+from typing import Protocol
 
-__all__ = ["UsageError", "error", "float_arg", "int_arg", "int_at_least", "check_out_dir"]
+__all__ = ["UsageError", "VerbRegistry", "error", "float_arg", "int_arg", "int_at_least", "check_out_dir"]
+
+
+class VerbRegistry(Protocol):
+    """Where a verb's module registers its parser: what ``ArgumentParser.add_subparsers()``
+    returns (typed here by what the verbs use, argparse's own class being private)."""
+
+    def add_parser(self, name: str, *, help: str | None = ..., description: str | None = ...,
+                   formatter_class: type[argparse.HelpFormatter] = ...) -> argparse.ArgumentParser: ...
 
 
 class UsageError(Exception):

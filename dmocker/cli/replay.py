@@ -22,18 +22,17 @@ from typing import Sequence
 from dmocker.handoff import HandoffError
 from dmocker.replay.api import run as replay_run
 from dmocker.replay.config import ConfigError, headline
-from dmocker.replay.events import DeadEndError, ReplayInvariantError
-from dmocker.replay.planner import PlannerError
+from dmocker.replay.errors import DeadEndError, PlannerError, ReplayInvariantError
 from dmocker.replay.report import JsonValue, Report
 from dmocker.replay.workload import WorkloadError
 
 from .config_flags import add_config_flags, config_from_args
-from .io import check_out_dir
+from .io import VerbRegistry, check_out_dir
 
 __all__ = ["add_parser", "configure", "run", "main", "render_summary", "report_invariants"]
 
 
-def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def add_parser(subparsers: VerbRegistry) -> None:
     parser = subparsers.add_parser(
         "replay",
         help="replay a trace (or a synthetic workload) on mock prefill/decode pools",

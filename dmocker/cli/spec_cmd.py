@@ -7,9 +7,10 @@ import argparse
 from dmocker.cli.io import error
 from dmocker.handoff import HandoffOrder, SpecError, compile_table, load_spec
 from dmocker.handoff import Reject, Step
+from .io import VerbRegistry
 
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(subparsers: VerbRegistry) -> None:
     p = subparsers.add_parser("spec", help="validate or show the handoff protocol spec")
     sub = p.add_subparsers(dest="spec_command", required=True)
     v = sub.add_parser("validate", help="check a spec file (names, reachability, ways out, duplicates)")

@@ -26,14 +26,14 @@ from dmocker.replay.workload import WorkloadError
 from dmocker.sweep.grid import AXES, ConfigValue, GridError, axis_for, parse_axis
 
 from .config_flags import add_config_flags, config_from_args, given_values
-from .io import check_out_dir, float_arg, int_arg, int_at_least
+from .io import VerbRegistry, check_out_dir, float_arg, int_arg, int_at_least
 
 __all__ = ["add_parser", "configure", "run", "main"]
 
 _PER_REPLAY = ("--per-request", "--events", "--html")  # per-replay outputs: meaningless for a sweep
 
 
-def add_parser(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def add_parser(subparsers: VerbRegistry) -> None:
     parser = subparsers.add_parser(
         "sweep",
         help="replay a grid of cluster configurations; rank, find capacity, plot the frontier",

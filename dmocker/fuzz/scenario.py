@@ -29,7 +29,7 @@ from dmocker.replay.config import (
     WorkloadConfig,
 )
 from dmocker.replay.coordinators import CoordinatorFault, ForeignFactory
-from dmocker.replay.events import DeadEndError, ReplayInvariantError
+from dmocker.replay.errors import DeadEndError, ReplayInvariantError
 from dmocker.replay.faults import FaultKind, FaultPlan, Pool, ScheduledFault, WorkerCrash
 from dmocker._atomic import write_atomic
 from dmocker.replay.report import Report, stable_json

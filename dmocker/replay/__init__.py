@@ -37,7 +37,7 @@ try:
     )
     from .config_file import load_config
     from .faults import FaultPlan
-    from .events import DeadEndError, ReplayInvariantError
+    from .errors import DeadEndError, PlannerError, ReplayInvariantError
     from .report import Report, SlaThresholds
     from .routing import BaseRouter, QueuePolicy, Router, RouterConfig, RouterContext, RouterError
     from .workload import MooncakeTrace, SyntheticSpec, SyntheticWorkload, WorkloadError
@@ -49,9 +49,9 @@ finally:
         _gc.unfreeze()
 
 if TYPE_CHECKING:
-    from .planner import PlannerError, PlannerMetrics, ScalingDecision
+    from .planner import PlannerMetrics, ScalingDecision
 
-_PLANNER_NAMES = ("PlannerError", "PlannerMetrics", "ScalingDecision")
+_PLANNER_NAMES = ("PlannerMetrics", "ScalingDecision")
 
 
 def __getattr__(name: str) -> object:

@@ -48,7 +48,7 @@ from dmocker.handoff import (
     load_spec,
 )
 
-from .events import ReplayInvariantError
+from .errors import ReplayInvariantError
 from .fault_driver import StepHook
 
 _ACTION_CLASSES: tuple[type, ...] = get_args(Action)

@@ -16,7 +16,7 @@ from dmocker.engines.interface import EngineArgs
 from dmocker.handoff import HandoffOrder
 
 from .collector import Collector
-from .events import DeadEndError
+from .errors import DeadEndError
 from .faults import FaultKind, FaultPlan
 from .invariants import InvariantBreak, check_end_of_run, dead_end_breaks, failures_by_cause, leaked_blocks_at_dead_end
 from .report import JsonValue

@@ -1,15 +1,16 @@
-"""The replay's two run-time errors, re-exported by :mod:`dmocker.replay.events`.
+"""The replay's run-time errors.
 
-Why their own module: :mod:`.events` is compiled by mypyc (``setup.py``), and mypyc cannot
-compile a subclass of a built-in exception as a native class; kept here, interpreted, they
-stay ordinary exception classes that users catch and tests raise.
+Why their own module: the compiled core raises them, and mypyc cannot compile a subclass of a
+built-in exception as a native class; kept here, interpreted, they stay ordinary exception
+classes that users catch and tests raise, and the CLI can catch them without importing the
+parts that raise them (the planner's modules, for one).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["DeadEndError", "ReplayInvariantError"]
+__all__ = ["DeadEndError", "PlannerError", "ReplayInvariantError"]
 
 
 class ReplayInvariantError(RuntimeError):
@@ -33,3 +34,15 @@ class DeadEndError(RuntimeError):
             f"replay reached a dead end at t={now_ms:.3f} ms with {len(self.stuck)} "
             f"request(s) unable to progress{why}: {shown}{more}"
         )
+
+
+class PlannerError(RuntimeError):
+    """A planner raised or answered something invalid during the run (exit 1).
+
+    ``tick`` is the tick index and ``now_ms`` its simulated time.
+    """
+
+    def __init__(self, message: str, *, tick: int, now_ms: float) -> None:
+        self.tick = tick
+        self.now_ms = now_ms
+        super().__init__(f"planner tick {tick} at t={now_ms:.3f} ms: {message}")

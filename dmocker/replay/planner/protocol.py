@@ -15,6 +15,8 @@ import enum
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from ..errors import PlannerError
+
 __all__ = [
     "ScalingDecision",
     "WorkerState",
@@ -162,13 +164,3 @@ class Planner(Protocol):
         ...
 
 
-class PlannerError(RuntimeError):
-    """A planner raised or answered something invalid during the run (exit 1).
-
-    ``tick`` is the tick index and ``now_ms`` its simulated time.
-    """
-
-    def __init__(self, message: str, *, tick: int, now_ms: float) -> None:
-        self.tick = tick
-        self.now_ms = now_ms
-        super().__init__(f"planner tick {tick} at t={now_ms:.3f} ms: {message}")
