@@ -140,6 +140,21 @@ class ActionSpec:
     clears_journal: bool
 
 
+#: How a request can end when a terminal fact ends its handoff.
+REQUEST_ENDS: tuple[str, ...] = ("failed", "canceled")
+
+
+@dataclass(frozen=True, slots=True)
+class FaultSpec:
+    """A fault kind a replay can inject: it delivers its terminal fact to a request."""
+
+    #: the kind's name (``--fault-NAME-rate``, the key in the summary's ``faults_injected``)
+    name: str
+    #: why the request ended (the key in the summary's ``failures_by_cause``)
+    cause: str
+    doc: str = ""
+
+
 @dataclass(frozen=True, slots=True)
 class FactSpec:
     """A fact the environment reports: whether it is terminal, and the payload fields it carries."""
@@ -148,6 +163,10 @@ class FactSpec:
     terminal: bool
     #: the payload fields the fact carries besides its handoff id (names of the fact class's fields)
     payload: tuple[str, ...] = ()
+    #: a terminal fact: how the request ends when it ends the handoff (one of :data:`REQUEST_ENDS`)
+    request_ends: str | None = None
+    #: the fault that delivers this terminal fact in a replay, if any
+    fault: FaultSpec | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +216,11 @@ class ProtocolSpec:
     def terminal_facts(self) -> tuple[str, ...]:
         """The facts that end the handoff (``terminal: true``), in spec order."""
         return tuple(f.name for f in self.facts if f.terminal)
+
+    @property
+    def fault_facts(self) -> tuple[FactSpec, ...]:
+        """The terminal facts a replay's faults deliver (those with a ``fault``), in spec order."""
+        return tuple(f for f in self.facts if f.fault is not None)
 
     def kinds_on_side(self, side: str) -> tuple[str, ...]:
         """The observable kinds that happen on ``side`` (``source``, ``destination`` or ``none``)."""

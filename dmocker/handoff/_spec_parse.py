@@ -17,7 +17,9 @@ from dmocker.handoff._spec import (
     OBSERVABLE_SIDES,
     ActionSpec,
     Check,
+    REQUEST_ENDS,
     FactSpec,
+    FaultSpec,
     Invariant,
     ProtocolSpec,
     Region,
@@ -62,6 +64,31 @@ class _Ctx:
         if not isinstance(value, bool):
             raise self.fail(element, f"expected true or false, got {value!r}")
         return value
+
+
+def _fact_ending(ctx: _Ctx, fobj: dict[str, object], element: str, terminal: bool) -> tuple[str | None, FaultSpec | None]:
+    """A fact's ``request_ends`` and ``fault``: required and optional on a terminal fact, absent otherwise."""
+    if not terminal:
+        for key in ("request_ends", "fault"):
+            if key in fobj:
+                raise ctx.fail(f"{element}.{key}", "only a terminal fact ends a request")
+        return None, None
+    ends = ctx.string(ctx.get(fobj, "request_ends", element), f"{element}.request_ends")
+    if ends not in REQUEST_ENDS:
+        raise ctx.fail(f"{element}.request_ends", f"expected one of {list(REQUEST_ENDS)}, got {ends!r}")
+    if "fault" not in fobj:
+        return ends, None
+    fault = ctx.obj(fobj["fault"], f"{element}.fault")
+    unknown = sorted(set(fault) - {"name", "cause", "doc"})
+    if unknown:
+        raise ctx.fail(f"{element}.fault", f"unknown fields {unknown}")
+    name = ctx.string(ctx.get(fault, "name", f"{element}.fault"), f"{element}.fault.name")
+    cause = ctx.string(ctx.get(fault, "cause", f"{element}.fault"), f"{element}.fault.cause")
+    for what, value in (("name", name), ("cause", cause)):
+        if not value.replace("_", "").isalnum() or not value.islower():
+            raise ctx.fail(f"{element}.fault.{what}", f"expected a lower-case identifier, got {value!r}")
+    doc = ctx.string(fault.get("doc", ""), f"{element}.fault.doc")
+    return ends, FaultSpec(name, cause, doc)
 
 
 def parse_spec(raw: object, path: str = "<spec>") -> ProtocolSpec:
@@ -109,7 +136,11 @@ def parse_spec(raw: object, path: str = "<spec>") -> ProtocolSpec:
     for fname, fraw in ctx.obj(ctx.get(top, "facts", "document"), "facts").items():
         fobj = ctx.obj(fraw, f"facts.{fname}")
         payload = tuple(ctx.obj(fobj.get("payload", {}), f"facts.{fname}.payload"))
-        facts.append(FactSpec(fname, ctx.boolean(fobj.get("terminal", False), f"facts.{fname}.terminal"), payload))
+        terminal = ctx.boolean(fobj.get("terminal", False), f"facts.{fname}.terminal")
+        facts.append(FactSpec(fname, terminal, payload, *_fact_ending(ctx, fobj, f"facts.{fname}", terminal)))
+    fault_names = [f.fault.name for f in facts if f.fault is not None]
+    if len(set(fault_names)) != len(fault_names):
+        raise ctx.fail("facts", f"fault names must be unique, got {fault_names}")
     outcome_kinds = ctx.strings(ctx.get(top, "outcome_kinds", "document"), "outcome_kinds")
     if "Failed" not in outcome_kinds:
         raise ctx.fail("outcome_kinds", "the 'Failed' outcome kind is required")

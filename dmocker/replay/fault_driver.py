@@ -19,21 +19,18 @@ from typing import Protocol
 
 from dmocker.engines.interface import EngineArgs, make_worker
 from dmocker.handoff import (
-    Canceled,
     Completion,
-    Failed,
     Fact,
+    Failed,
     HandoffCoordinator,
     HandoffOrder,
     IssuedAction,
     Outcome,
     OutcomeKind,
     ProtocolSpec,
-    TerminalFact,
-    TimedOut,
 )
 
-from .faults import CAUSE_OF_KIND, FaultCause, FaultKind, FaultPlan, Pool, WorkerCrash, crash_events, draw_request_faults
+from .faults import FaultCause, FaultKind, FaultPlan, Pool, WorkerCrash, crash_events, draw_request_faults
 from .runtime import ClusterControl, CoordinatorFactory
 
 __all__ = ["FaultDriver", "StepCountingCoordinator", "StepHook"]
@@ -41,11 +38,6 @@ __all__ = ["FaultDriver", "StepCountingCoordinator", "StepHook"]
 #: Called after each input a coordinator accepted: (request id, inputs so far, success-complete now).
 StepHook = Callable[[int, int, bool], None]
 
-_FACT_OF: dict[FaultKind, type[TerminalFact]] = {
-    FaultKind.CANCEL: Canceled,
-    FaultKind.FAIL: Failed,
-    FaultKind.TIMEOUT: TimedOut,
-}
 
 
 class StepCountingCoordinator(HandoffCoordinator):
@@ -170,18 +162,18 @@ class FaultDriver:
     def acquire_failed(self, request_id: int) -> None:
         rt = self._runtime
         assert rt is not None
-        self.injected[FaultKind.FAIL.value] += 1
+        self.injected[FaultKind.FAIL.value] += 1  # the fault that fails acquires (FaultKind.fails_acquire)
         if int(rt.collector.status[request_id]) == 0:  # not terminal yet: this failure ends it
             self.causes[request_id] = FaultCause.ACTION_FAILED
 
     def land(self, request_id: int, kind: FaultKind) -> None:
         rt = self._runtime
         assert rt is not None
-        live, recorded = rt.deliver(request_id, _FACT_OF[kind])
+        live, recorded = rt.deliver(request_id, kind.fact)
         if live:
             self.injected[kind.value] += 1
         if recorded:
-            self.causes[request_id] = CAUSE_OF_KIND[kind]
+            self.causes[request_id] = kind.cause
 
     # --- worker crashes -------------------------------------------------------------------------
 

@@ -30,6 +30,9 @@ import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Final
+
+from dmocker.handoff import Failed, SpecError, TerminalFact, load_spec, terminal_fact_classes
 
 from .report import JsonValue
 from .routing.protocol import Pool
@@ -52,28 +55,61 @@ side, the transfer's acknowledgement and completion) plus one slot for "after su
 
 
 class FaultKind(enum.Enum):
-    """A per-request fault: the terminal fact it delivers to the request's coordinator."""
+    """A per-request fault: it delivers one of the spec's terminal facts to the request's
+    coordinator.  The members are the spec's fault names (``facts.*.fault.name`` in
+    spec/handoff.json, checked when this module loads); the fact each delivers and the cause
+    it records are read from the spec (:attr:`fact`, :attr:`cause`)."""
 
-    CANCEL = "cancel"  # the client cancels: Canceled
-    FAIL = "fail"  # a handoff action fails: a FAILED acquire, or Failed from the engine
-    TIMEOUT = "timeout"  # the transfer times out: TimedOut
+    CANCEL = "cancel"
+    FAIL = "fail"
+    TIMEOUT = "timeout"
+
+    @property
+    def fact(self) -> type[TerminalFact]:
+        """The terminal fact this fault delivers."""
+        return _SPEC_FAULTS[self.value][0]
+
+    @property
+    def cause(self) -> FaultCause:
+        """Why a request this fault ended ended (its ``failures_by_cause`` key)."""
+        return FaultCause(_SPEC_FAULTS[self.value][1])
+
+    @property
+    def fails_acquire(self) -> bool:
+        """Whether the fault may also land as a FAILED outcome of an acquiring command (it
+        delivers Failed, the fact a failed action stands for)."""
+        return self.fact is Failed
 
 
 class FaultCause(enum.Enum):
-    """Why a request failed or was canceled (the summary's ``failures_by_cause``)."""
+    """Why a request failed or was canceled (the summary's ``failures_by_cause``): a fault's
+    cause (the spec's ``facts.*.fault.cause``, checked when this module loads), a worker crash,
+    or the engine itself (a command error or a rejection, no fault injected)."""
 
     CLIENT_CANCEL = "client_cancel"
     ACTION_FAILED = "action_failed"
     TRANSFER_TIMEOUT = "transfer_timeout"
     WORKER_CRASH = "worker_crash"
-    ENGINE = "engine"  # a command error or an engine rejection, no fault injected
+    ENGINE = "engine"
 
 
-CAUSE_OF_KIND: dict[FaultKind, FaultCause] = {
-    FaultKind.CANCEL: FaultCause.CLIENT_CANCEL,
-    FaultKind.FAIL: FaultCause.ACTION_FAILED,
-    FaultKind.TIMEOUT: FaultCause.TRANSFER_TIMEOUT,
-}
+def _spec_faults() -> dict[str, tuple[type[TerminalFact], str]]:
+    """Fault name -> (the terminal fact it delivers, its cause), from the spec; the enums above
+    must name exactly the spec's faults."""
+    spec = load_spec()
+    facts = dict(zip(spec.terminal_facts, terminal_fact_classes(spec.terminal_facts)))
+    out = {f.fault.name: (facts[f.name], f.fault.cause) for f in spec.fault_facts if f.fault is not None}
+    if set(out) != {k.value for k in FaultKind}:
+        raise SpecError(f"the spec's faults {sorted(out)} are not dmocker.replay.faults.FaultKind's "
+                        f"{sorted(k.value for k in FaultKind)}")
+    causes = {c.value for c in FaultCause}
+    for name, (_, cause) in out.items():
+        if cause not in causes:
+            raise SpecError(f"the spec's fault {name!r} has cause {cause!r}, not one of FaultCause's {sorted(causes)}")
+    return out
+
+
+_SPEC_FAULTS: Final = _spec_faults()
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,7 +266,7 @@ def draw_request_faults(plan: FaultPlan, request_id: int) -> list[tuple[int, Fau
     for kind, p in plan.rates:
         u = rng.random()
         step = rng.randrange(NOMINAL_STEPS)
-        if kind is FaultKind.FAIL:
+        if kind.fails_acquire:
             as_outcome = rng.random() < 0.5
             which = rng.randrange(2)
             if as_outcome:

@@ -319,3 +319,18 @@ def test_failures_include_failed_submits_and_reservations(tmp_path: Path, engine
     assert any(r[first] is not None and r[second] is None for r in recs)  # the second failed
     causes = report.summary["failures_by_cause"]
     assert isinstance(causes, dict) and causes["action_failed"] == 40
+
+
+def test_fault_kinds_are_the_specs_terminal_facts() -> None:
+    """What each fault delivers and the cause it records are the spec's (facts.*.fault)."""
+    from dmocker.handoff import FACT_CLASSES, load_spec
+    from dmocker.replay.faults import FaultKind
+
+    spec = load_spec()
+    by_name = {f.fault.name: f for f in spec.fault_facts if f.fault is not None}
+    assert sorted(by_name) == sorted(k.value for k in FaultKind)
+    for kind in FaultKind:
+        fact = by_name[kind.value]
+        assert kind.fact is FACT_CLASSES[fact.name] and fact.terminal
+        assert fact.fault is not None and kind.cause.value == fact.fault.cause
+    assert [k for k in FaultKind if k.fails_acquire] == [FaultKind.FAIL]

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Final, cast
 
 from dmocker.engines.interface import EngineWorker
-from dmocker.handoff import Canceled, HandoffCoordinator, TerminalFact
+from dmocker.handoff import FACT_CLASSES, HandoffCoordinator, TerminalFact
 
 from ..collector import Collector, TerminalStatus
 from ..errors import ReplayInvariantError
@@ -38,7 +38,7 @@ class ClusterControl:
     """Hook points for planners and faults, and read access for end-of-run checks."""
 
     __slots__ = ("clock", "events", "pools", "table", "queue", "passes", "handoffs", "routing", "collector",
-                 "admission", "idle_events")
+                 "admission", "idle_events", "ends")
 
     def __init__(
         self,
@@ -65,6 +65,11 @@ class ClusterControl:
         self.admission = admission
         # Planner ticks and WorkerReady events are "idle" events: they keep no run alive.
         self.idle_events = 0
+        # terminal fact -> the status a request it ends gets (the spec's request_ends)
+        self.ends: dict[type, TerminalStatus] = {
+            FACT_CLASSES[f.name]: TerminalStatus[f.request_ends.upper()]
+            for f in handoffs.spec.facts if f.request_ends is not None
+        }
 
     @property
     def now_ms(self) -> float:
@@ -103,7 +108,7 @@ class ClusterControl:
         if req is None:
             return False, False
         now = self.clock.now_ms
-        status = TerminalStatus.CANCELED if kind is Canceled else TerminalStatus.FAILED
+        status = self.ends[kind]
         recorded = self.collector.on_terminal(request_id, status, now)
         if recorded:
             req.terminal_ms = now
