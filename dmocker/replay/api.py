@@ -20,7 +20,7 @@ from dmocker.engines.interface import EngineWorker, make_worker
 
 from .collector import Collector
 from .config import DEFAULT_SYNTHETIC, ReplayConfig, WorkloadKind
-from .report import JsonValue, Report, SlaThresholds, build_summary
+from .report import Report, SlaThresholds, build_summary
 from .routing import Pool, RouterContext, parse_router
 from .runtime import DisaggRuntime
 from . import end_of_run as _end
@@ -188,9 +188,7 @@ def _replay(config: ReplayConfig, stepping: DecodeStepping, progress: bool) -> R
     for w in (records_w, events_w):
         if w is not None:
             w.commit()
-    # The hooks add the fault plan in their own shape; the report's config is the file form.
-    hooks_config: dict[str, JsonValue] = {}
-    hooks.finish(runtime, collector, summary, hooks_config, order=order, capped=result.capped, events_path=events)
+    hooks.finish(runtime, collector, summary, order=order, capped=result.capped, events_path=events)
     report_config["capped"] = result.capped
     return Report(
         summary=summary,

@@ -73,16 +73,14 @@ class RunHooks:
         runtime: DisaggRuntime,
         collector: Collector,
         summary: dict[str, JsonValue],
-        config: dict[str, JsonValue],
         *,
         order: HandoffOrder,
         capped: bool,
         events_path: str | os.PathLike[str] | None,
     ) -> None:
-        """Check the end state and add the new summary fields (and the fault plan to the config)."""
+        """Check the end state and add its summary fields."""
         finished = not capped and self.dead_end is None
-        # Whenever a native event log is written it is validated against the spec (re-reading
-        # it costs ~8% of such a run; a run without --events pays nothing).
+        # Whenever a native event log is written it is validated against the spec.
         eor = check_end_of_run(runtime.control, collector, summary, order=order, finished=finished, events_path=events_path)
         breaks = list(eor.breaks)
         leaked = eor.leaked_kv_blocks
@@ -100,8 +98,6 @@ class RunHooks:
         summary["invariants_ok"] = not breaks
         listed: list[JsonValue] = [b.to_json() for b in breaks]
         summary["invariant_breaks"] = listed
-        if d is not None:
-            config["faults"] = d.plan.to_json()
 
 
 def prepare(

@@ -34,7 +34,6 @@ from typing import Final
 
 from dmocker.handoff import Failed, SpecError, TerminalFact, load_spec, terminal_fact_classes
 
-from .report import JsonValue
 from .routing.protocol import Pool
 
 __all__ = [
@@ -213,17 +212,6 @@ class FaultPlan:
                 if f.request_id >= num_requests:
                     raise ValueError(f"fault schedule: request {f.request_id} does not exist ({num_requests} requests)")
 
-    def to_json(self) -> dict[str, JsonValue]:
-        """The config block of the report (stable key order is the JSON writer's job)."""
-        return {
-            "cancel_rate": self.cancel_rate,
-            "fail_rate": self.fail_rate,
-            "timeout_rate": self.timeout_rate,
-            "seed": self.seed,
-            "worker_crashes": [c.label() for c in self.crashes],
-            "worker_restart_s": self.restart_s,
-            "scheduled": [[f.t_ms, f.request_id, f.kind.value] for f in self.schedule],
-        }
 
 
 def parse_worker_crash(text: str) -> WorkerCrash:
