@@ -71,9 +71,8 @@ _isfinite: Final = math.isfinite
 
 
 def _build(ctor: Callable[[Hashable], Action], hid: Hashable) -> Action:
-    """``ctor(hid)``, with the registry's classes constructed by name: compiled, that is a
-    native constructor call, where calling a class held in a variable goes through the type's
-    generic call protocol (~5 actions per replayed request).  Anything else is called."""
+    """``ctor(hid)``, the registry's classes constructed by name (a direct constructor call
+    compiled; a class held in a variable is called through the type).  Anything else is called."""
     if ctor is SubmitPrefill:
         return SubmitPrefill(hid)
     if ctor is ReserveDestination:
@@ -152,8 +151,8 @@ class _Compiled:
             cls: {kind: event for (name, kind), event in self.outcome_events.items() if name == action_name}
             for action_name, cls in _ACTION_TYPES.items()
         }
-        # The same, keyed by the kind's value string for on_outcome_kind: an enum member hashes
-        # through a Python-level __hash__ (~0.3 us), a str hashes from its cached hash.
+        # The same, keyed by the kind's value string for on_outcome_kind (a str hashes from its
+        # cached hash; an enum member does not).
         self.outcome_by_type_value: dict[type, dict[str, int]] = {
             cls: {kind.value: event for kind, event in by_kind.items()} for cls, by_kind in self.outcome_by_type.items()
         }
@@ -169,8 +168,8 @@ _DEFAULT: dict[HandoffOrder, _Compiled] = {}
 
 
 # The last (spec, order) looked up and its tables: a driver that builds one coordinator per
-# request (the replay) always asks for the same pair, and an identity test is far cheaper than
-# the dict lookup below (hashing the HandoffOrder member runs Python-level Enum.__hash__).
+# request (the replay) always asks for the same pair, and an identity test spares the dict
+# lookup below.
 _LAST: list[tuple[ProtocolSpec | None, HandoffOrder, _Compiled]] = []
 
 
@@ -196,9 +195,9 @@ def _lookup_compiled(spec: ProtocolSpec | None, order: HandoffOrder) -> _Compile
     return derived(the_spec, ("coordinator", order), lambda: _Compiled(the_spec, order))
 
 
-# Compiled by mypyc with the replay's core (setup.py): its steps run ~9 times per simulated
-# request.  It stays open to subclasses written in Python (the checker's mutants, fault
-# injection, a user's coordinator): mypyc then keeps method calls overridable.
+# Compiled by mypyc with the replay's core (setup.py).  It stays open to subclasses written in
+# Python (the checker's mutants, fault injection, a user's coordinator): mypyc then keeps method
+# calls overridable.
 @mypyc_attr(allow_interpreted_subclasses=True)
 class HandoffCoordinator:
     """Pure state machine for one prefill-to-decode handoff, driven by the spec's table.

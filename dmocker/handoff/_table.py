@@ -107,8 +107,7 @@ class CompiledTable:
 
 
 def _matches(t: Transition, config: dict[str, str]) -> bool:
-    # (loops, not ``all``/``next`` over generators: compiled, a loop is native code and a
-    # generator an object per call; both orders' tables are compiled at every spec load)
+    # (both orders' tables are compiled at every spec load)
     for region, states in t.when:
         if config[region] not in states:
             return False

@@ -4,11 +4,10 @@ These are the words the coordinator and its drivers speak.  They are plain froze
 no behaviour beyond the transfer-delay formula, so that a driver (the replay, the checker, a
 user's harness) can build, compare and store them freely.
 
-They are compiled with the replay's core (``setup.py``): the coordinator and the engines build
-several per simulated request, and a compiled class is built by a direct call with its fields
-stored in C slots.  Each is a ``@final`` dataclass with ``Final`` fields and an explicit
-``__init__`` (so equality, hashing and ``repr`` are the dataclass's own, field by field), the
-shape mypyc compiles to a native class; interpreted (``DMOCKER_PURE``) they behave the same.
+They are compiled with the replay's core (``setup.py``), which builds several per simulated
+request: ``@final`` dataclasses with ``Final`` fields and an explicit ``__init__`` (equality,
+hashing and ``repr`` are the dataclass's own, field by field; the constructor compiles to C);
+interpreted (``DMOCKER_PURE``) they behave the same.
 """
 
 from __future__ import annotations

@@ -9,11 +9,10 @@ import gc as _gc
 
 # The cyclic collector is kept off while the replay and numpy are imported: the import makes
 # some hundred thousand objects (modules, classes, functions, the spec) that live as long as the
-# process, and the collector ran ~60 young passes over them, ~2 % of a 10k-request replay's
-# instructions, finding nothing.  Afterwards they join the oldest generation directly (freeze
-# then unfreeze: a move without a pass; a full collection still examines them), or the first
-# allocation after the import would run one young pass over all of them.  A caller's disabled
-# collector stays disabled, and a caller's frozen objects frozen.
+# process and form no garbage, so young passes over them find nothing.  Afterwards they join the
+# oldest generation directly (freeze then unfreeze: a move without a pass; a full collection
+# still examines them), or the first allocation after the import would run one young pass over
+# all of them.  A caller's disabled collector stays disabled, and a caller's frozen objects frozen.
 _collecting = _gc.isenabled()
 _gc.disable()
 try:

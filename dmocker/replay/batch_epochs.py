@@ -34,9 +34,7 @@ from .sketch import GapSketches
 __all__ = ["BatchEpochs"]
 
 # Request ids are keys and indexes here as the int objects the callers hold (``object``; an
-# array index through a ``SupportsIndex`` cast).  Compiled, an ``int`` read from a list or a dict
-# is a C integer, and every dict lookup or array index with it boxes it again: a new int object
-# per use (ids above 256).
+# array index through a ``SupportsIndex`` cast), so they are not converted again at every use.
 
 
 class _Epoch:

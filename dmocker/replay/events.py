@@ -38,7 +38,7 @@ __all__ = [
 
 P = TypeVar("P")
 
-_heappush: Final = heapq.heappush  # (a static compiled: no module-dict lookup per push)
+_heappush: Final = heapq.heappush
 
 
 class EventKind(enum.IntEnum):
@@ -65,9 +65,8 @@ class _Peek:
         self.kind = kind
 
 
-#: A heap entry, ``(time_ms, kind, order_ms, rank, seq, payload)``.  Declared a tuple of any
-#: length: compiled code then reads one field of ``heap[0]`` in place, where a fixed-length
-#: tuple type makes it unbox all six fields first (type checks and float conversions included).
+#: A heap entry, ``(time_ms, kind, order_ms, rank, seq, payload)``, declared a tuple of any
+#: length and read through :func:`top_time` / :func:`top_kind` (one field at a time).
 Entry: TypeAlias = "tuple[object, ...]"
 
 
@@ -104,14 +103,12 @@ class EventQueue(Generic[P]):
 
     def push(self, time_ms: float, kind: int, payload: P, order_ms: float = -math.inf,
              rank: int = 0) -> None:
-        """Schedule ``payload`` at ``time_ms`` as an event of ``kind`` (an :class:`EventKind`;
-        typed ``int`` so that the compiled call converts a member to a plain int natively, where
-        ``int(kind)`` here would be a generic call, and the heap holds plain ints, which compare
-        faster than enum members).  Same-time events of one kind pop in the order
+        """Schedule ``payload`` at ``time_ms`` as an event of ``kind`` (an :class:`EventKind`,
+        stored as a plain int).  Same-time events of one kind pop in the order
         of ``order_ms`` (the caller's clock when it pushes), then of ``rank``, then of pushing;
         a bulk decode run's completion passes the start of its last pass and the rank of the
         point in that time step where the per-pass simulation would have pushed it."""
-        if time_ms - time_ms != 0.0:  # (inf or nan: native float arithmetic, no call)
+        if time_ms - time_ms != 0.0:  # inf or nan
             raise ReplayInvariantError(f"event scheduled at non-finite time {time_ms!r}")
         _heappush(self._heap, (time_ms, kind, order_ms, rank, self._seq, payload))
         self._seq += 1

@@ -3,9 +3,8 @@
 Why: a replay allocates and frees millions of small objects (passes, actions, events) and keeps
 tens of thousands alive (requests in flight, the imported modules).  With the default thresholds
 (700, 10, 10) the collector runs a young-generation pass every 700 net allocations and a full pass
-over every live object every few hundred thousand; on a 10k-request replay that was 4-7 % of the
-run (``perf record`` / ``valgrind --tool=callgrind``), and it finds nothing: the replay's own
-objects form no reference cycles (``gc.collect()`` after a run finds ~30 objects, the report's).
+over every live object every few hundred thousand (a measurable share of a run:
+docs/performance.md), and it finds nothing: the replay's own objects form no reference cycles (``gc.collect()`` after a run finds ~30 objects, the report's).
 
 So for the duration of a run the objects that exist before it (modules, classes, the spec) are
 moved to the permanent generation (``gc.freeze``: never traversed again) and the young

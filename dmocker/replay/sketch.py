@@ -268,10 +268,8 @@ class GapSketches:
         self._buf = np.empty(self._BUFFER, dtype=np.float64)
         self._fill = 0
         # Weighted gaps (a batch sharing one gap), staged with their weights, _WBUFFER at most
-        # of each kind: add_same's (one a pass) in lists, where an append is a native operation
-        # compiled (a stdlib array's item assignment parses its argument generically, numpy's
-        # scalar indexing is slower still), converted once per flush; add_run's (thousands at
-        # once) in numpy buffers, subtracted in place.  The sketches' aggregates (exact sums,
+        # of each kind: add_same's (one a pass) in lists, converted once per flush; add_run's
+        # (thousands at once) in numpy buffers, subtracted in place.  The sketches' aggregates (exact sums,
         # counts, bucket counts, extremes) do not depend on the order samples are folded in.
         self._sgaps: list[float] = []
         self._sweights: list[int] = []

@@ -57,14 +57,14 @@ class KvIndex:
         out: dict[int, int] = {}
         if not block_hashes:
             return out
-        # read as objects (a cast): compiled, ``int`` items are boxed again per set lookup
+        # read as the objects the sequence holds (a cast), for the set lookups
         objs = cast("Sequence[object]", block_hashes)
         first = objs[0]
         for worker, held in self._held.items():
             if first not in held:
                 continue
             n = 0
-            for h in objs:  # a plain loop beats takewhile(held.__contains__) here
+            for h in objs:
                 if h not in held:
                     break
                 n += 1

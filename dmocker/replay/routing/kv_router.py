@@ -181,8 +181,8 @@ class KvRouter(BaseRouter):
         workers = self.workers
         if not workers:
             return self._admit(request, {})  # raises the plain path's error
-        # The prompt's hashes as the int objects the tuple holds (a cast, no copy): compiled, an
-        # item read as ``int`` is a C integer, boxed again for every set lookup below.
+        # The prompt's hashes as the objects the tuple holds (a cast, no copy), for the set
+        # lookups below.
         hashes = cast("tuple[object, ...]", request.block_hashes)
         holdings = self._holdings
         first = hashes[0] if hashes else None
@@ -201,12 +201,10 @@ class KvRouter(BaseRouter):
             ov = 0
             held = holdings.get(w)
             if held is not None and first in held:
-                for h in hashes:  # leading blocks held (a plain loop beats takewhile here)
+                for h in hashes:  # leading blocks held
                     if h not in held:
                         break
                     ov += 1
-            # (a method call on self is native; through a bound-method alias it is generic,
-            # its arguments boxed and its result unboxed)
             cost = self._prefill_cost(ptoks[w], isl, ov, floor, request_blocks, nreq[w])
             if cost < best_cost:
                 best, best_ov, best_cost, ties = w, ov, cost, 1

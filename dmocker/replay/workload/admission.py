@@ -75,17 +75,15 @@ class AdmissionQueue:
             raise WorkloadError(f"must be a positive integer, got {max_in_flight!r}", field="max_in_flight")
         self._workload = workload
         self._starts: Iterator[SessionStart] = workload.session_starts()
-        # Pulled session starts, read from ``_buffer_at`` on (a list: compiled, its item is a
-        # native read where a deque's popleft is a generic call)
+        # Pulled session starts, read from ``_buffer_at`` on
         self._buffer: list[SessionStart] = []
         self._buffer_at = 0
         self._prefetch = prefetch
         self._batch = max(1, batch)
         self._preloaded: dict[int, Turn] = {}
         self._lookahead: SessionStart | None = self._next_start()
-        # Follow-up turns, a heap of (ready_ms, seq, request_id).  Typed as tuples of any length:
-        # compiled code then reads ``[0][0]`` in place (events.top_time), where a fixed-length
-        # tuple type unboxes all three fields.
+        # Follow-up turns, a heap of (ready_ms, seq, request_id), typed as tuples of any length
+        # and read through events.top_time.
         self._ready: list[tuple[object, ...]] = []
         self._seq = 0
         self._next_of: dict[int, tuple[int, float]] = {}  # in-flight id -> (next id, delay)
@@ -183,8 +181,7 @@ class AdmissionQueue:
                 take_follow = bool(ready) and top_time(ready) <= now_ms
                 if not take_first and not take_follow:
                     break
-                # (``la is not None`` again, for the type: unnarrowed, ``la.arrival_ms`` is Any
-                # and its comparison a generic one)
+                # (``la is not None`` again, for the type checker)
                 if take_first and la is not None and (not take_follow or la.arrival_ms <= top_time(ready)):
                     self._lookahead = self._next_start()
                     out.append(self._release(la.request_id, la.arrival_ms))

@@ -6,7 +6,7 @@ fails before any simulation work and no report is written -- and keep per row on
 numbers (lengths, timestamp, delay, next turn, where its hash ids start) plus its hash ids, 8
 bytes each, in one ``array('q')``.  A turn is built from those when it is admitted; the file is
 read once.  (Re-reading each admitted line from its byte offset kept the ids out of memory, but
-cost a seek, a read and a parse per request: ~3 % of a 10k-request replay.)
+cost a seek, a read and a parse per request.)
 
 Rules, after the reference loader (``ai-dynamo/dynamo`` ``lib/mocker/src/loadgen/trace.rs``):
 
@@ -53,9 +53,8 @@ def _is_number(value: object) -> bool:
 
 
 def _finite(value: object) -> float | None:
-    """``float(value)`` for a finite number that is not a bool, else None.  What JSON gives (an
-    exact int or float) is decided with native operations: ``f - f`` is 0 exactly when ``f`` is
-    finite, where ``math.isfinite`` would be a generic call."""
+    """``float(value)`` for a finite number that is not a bool, else None.  ``f - f`` is 0
+    exactly when ``f`` is finite."""
     if type(value) is float:
         f: float = value
         return f if f - f == 0.0 else None
@@ -86,7 +85,7 @@ _FLUSH_ROWS = 4096  # rows buffered in lists before they move into the index's a
 
 _IntColumns = tuple[tuple["array[int]", list[int]], ...]
 _FloatColumns = tuple[tuple["array[float]", list[float]], ...]
-_loads: Final = orjson.loads  # (a static: no attribute lookup on the module per line)
+_loads: Final = orjson.loads
 
 
 def _flush(int_columns: _IntColumns, float_columns: _FloatColumns) -> None:
@@ -148,8 +147,7 @@ class MooncakeTrace:
             yield SessionStart(t, row)
 
     def load(self, request_id: int) -> Turn:
-        # The row index as one Python int for all its column reads: compiled, an ``int`` is a
-        # C integer, boxed again (a new object above 256) for every array index it is used as.
+        # The row index converted once for all its column reads.
         row: SupportsIndex = request_id
         input_length = self._input[row]
         lo = self._id_start[row]
@@ -176,9 +174,8 @@ class MooncakeTrace:
         return WorkloadError(message, path=self._path, line=line, field=field)
 
     def _index(self) -> None:
-        # Per-row columns.  Rows go to plain lists first (a list append is a native operation in
-        # the compiled module, an array's ``append`` a generic method call), moved into the
-        # arrays every _FLUSH_ROWS rows so the lists never hold more than that many Python ints.
+        # Per-row columns.  Rows go to plain lists first, moved into the arrays every
+        # _FLUSH_ROWS rows so the lists never hold more than that many Python ints.
         ids = array("q")  # every row's hash ids, row after row
         id_start = array("q")  # where each row's ids start in ``ids`` (one more at the end)
         inputs = array("q")
@@ -325,9 +322,9 @@ class MooncakeTrace:
         """The line's JSON object; None for a blank line (tested only when the parse fails, so
         a line costs no strip())."""
         try:
-            # orjson parses a trace ~5x faster than json (bench: 100k lines, 1.19 -> 0.22 CPU s);
-            # what it refuses (malformed lines, but also NaN or integers beyond 64 bits, which
-            # json reads and the checks below reject by field) goes to json, for its messages.
+            # orjson for speed; what it refuses (malformed lines, but also NaN or integers beyond
+            # 64 bits, which json reads and the checks below reject by field) goes to json, for
+            # its messages.
             row = _loads(raw_line)
         except orjson.JSONDecodeError:
             if not raw_line.strip():
@@ -354,7 +351,7 @@ class MooncakeTrace:
 
     def _length(self, row: dict[str, Any], lineno: int, field: str, minimum: int) -> int:
         value: Any = row.get(field, _ABSENT)
-        if type(value) is int:  # what JSON gives: checked with native comparisons
+        if type(value) is int:  # what JSON gives
             length: int = value
             if minimum <= length <= MAX_LENGTH:
                 return length
@@ -399,11 +396,10 @@ class MooncakeTrace:
         if not isinstance(hash_ids, list):
             raise self._err(lineno, "hash_ids", f"must be a list of integers, got {_kind(hash_ids)}")
         for i, h in enumerate(hash_ids):
-            # ``type(h) is int`` first (what JSON gives), then the range with native integer
-            # comparisons on a typed local (comparing ``h`` itself is a generic call per bound)
+            # ``type(h) is int`` first (what JSON gives), then the range on a typed local
             if type(h) is int:
                 hv: int = h
-                # (below 2**62 an int is a C integer compiled: compared inline; MAX_HASH_ID is not)
+                # the short bound first: almost every id is below it
                 if 0 <= hv <= _SHORT_MAX or 0 <= hv <= MAX_HASH_ID:
                     continue
             raise self._err(
