@@ -2,15 +2,20 @@
 
 Side by side (the table to quote), five workloads, each run as two whole processes back to back
 (the reference without per-request capture, then dmocker without records; dmocker's bytecode
-compiled first, as an installed wheel has it), CPU seconds
-(user + sys, fair on a shared machine) and their ratio reference / dmocker, ``--reps`` times:
+compiled first, as an installed wheel has it), CPU and wall seconds and their ratios
+reference / dmocker, ``--reps`` times:
 
-    python bench/replay_bench.py --reference REF_PYTHON --trace MOONCAKE.jsonl [--reps 2] [--only 4,5] [--router kv]
+    python bench/replay_bench.py --reference REF_PYTHON --trace MOONCAKE.jsonl [--reps 2] [--only 4,5] [--router kv] [--cli]
 
-(``--router kv``: both route KV-aware, the reference in its ``kv_router`` mode.)
+(``--router kv``: both route KV-aware, the reference in its ``kv_router`` mode.  ``--cli``: time
+dmocker as a user runs it, ``python -m dmocker replay TRACE ... --out REPORT --quiet``, against a
+reference process that calls its replay and writes its report likewise; without it both sides
+are a small script calling the Python API.)
 
-``REF_PYTHON`` is the python of a venv where ``ai-dynamo==1.6.1`` is installed (only there:
-``python3 -m venv REFVENV && REFVENV/bin/pip install ai-dynamo==1.6.1 ai-dynamo-runtime==1.6.1``);
+``REF_PYTHON`` is the python of a venv where the reference is installed (only there:
+``python3 -m venv REFVENV && REFVENV/bin/pip install ai-dynamo-runtime==1.6.1 &&
+REFVENV/bin/pip install --no-deps ai-dynamo==1.6.1``; ``ai-dynamo``'s dependency ``aisimulate``
+is a stub that downloads from pypi.nvidia.com, which the replay does not need);
 ``MOONCAKE.jsonl`` is the Mooncake conversation trace (workloads 4 and 5; skipped without it).
 The workloads: (1) 10k synthetic requests (ISL uniform 1000-3000, OSL 100-300, Poisson 60
 req/s, 8 prefix groups sharing half their blocks, written as a Mooncake trace with 512-token
@@ -253,24 +258,55 @@ def child_workload(spec: dict[str, object]) -> None:
     cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     print(json.dumps({"wall_s": wall, "run_cpu_s": cpu, "rss_mb": r1.ru_maxrss / 1024.0, "summary": summary},
                      default=str))
+    if spec.get("report"):  # written like ``dmocker replay --out``
+        with open(str(spec["report"]), "w") as fh:
+            fh.write(json.dumps({"summary": summary}, default=str))
+
+
+def _cli_command(python: str, w: dict[str, object], trace: str, router: str, out: str) -> list[str]:
+    """``dmocker replay`` as a user types it for workload ``w``."""
+    cmd = [python, "-m", "dmocker", "replay", trace, "--engine", str(w["engine"]),
+           "--prefill-workers", str(w["prefill"]), "--decode-workers", str(w["decode"]), "--router", router]
+    for flag, key in (("--block-size", "block_size"), ("--kv-transfer-bandwidth", "kv_transfer_bandwidth"),
+                      ("--kv-bytes-per-token", "kv_bytes_per_token")):
+        if w.get(key) is not None:
+            cmd += [flag, str(w[key])]
+    return [*cmd, "--out", out, "--quiet"]
 
 
 def _run_workload(python: str, role: str, w: dict[str, object], trace: str,
-                  records: str | None = None, router: str = "round-robin") -> dict[str, object]:
+                  records: str | None = None, router: str = "round-robin", cli: bool = False) -> dict[str, object]:
     """Run one workload in a fresh process; adds its whole-process CPU seconds (user + sys)."""
     spec = {**w, "role": role, "trace": trace, "records": records, "router": router}
     env = _child_env(role)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    res = subprocess.run([python, os.path.abspath(__file__), "--child-workload", json.dumps(spec)],
-                         capture_output=True, text=True, env=env, check=False)
-    wall = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if res.returncode != 0:
-        raise SystemExit(f"{role} run of {w['name']} failed:\n{res.stderr[-4000:]}")
-    line = [ln for ln in res.stdout.splitlines() if ln.startswith("{")][-1]
-    out: dict[str, object] = json.loads(line)
-    out["process_cpu_s"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    report = tempfile.NamedTemporaryFile(suffix=".json", delete=False)
+    report.close()
+    if cli and role == "dmocker" and records is None:
+        cmd = _cli_command(python, w, trace, router, report.name)
+    else:
+        cmd = [python, os.path.abspath(__file__), "--child-workload", json.dumps({**spec, "report": report.name})]
+    # The child's own resource usage (wait4), not the running total of all children.
+    with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=stdout, stderr=stderr, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        stdout.seek(0)
+        stderr.seek(0)
+        printed, errors = stdout.read(), stderr.read()
+    try:
+        if proc.returncode != 0:
+            raise SystemExit(f"{role} run of {w['name']} failed:\n{errors[-4000:]}")
+        with open(report.name) as fh:
+            written = json.load(fh)
+    finally:
+        os.remove(report.name)
+    lines = [ln for ln in printed.splitlines() if ln.startswith("{")]
+    out: dict[str, object] = json.loads(lines[-1]) if lines else {}
+    out["summary"] = written.get("summary", written)
+    out["rss_mb"] = usage.ru_maxrss / 1024.0
+    out["process_cpu_s"] = usage.ru_utime + usage.ru_stime
     out["process_wall_s"] = wall
     return out
 
@@ -286,23 +322,25 @@ def side_by_side(args: argparse.Namespace) -> None:
         rows: list[tuple[str, int, dict[str, object], dict[str, object]]] = []
         for rep in range(1, args.reps + 1):
             for w, trace in jobs:
-                ref = _run_workload(args.reference, "reference", w, trace, router=args.router)
-                ours = _run_workload(sys.executable, "dmocker", w, trace, router=args.router)
+                ref = _run_workload(args.reference, "reference", w, trace, router=args.router, cli=args.cli)
+                ours = _run_workload(sys.executable, "dmocker", w, trace, router=args.router, cli=args.cli)
                 rows.append((str(w["name"]), rep, ref, ours))
                 print(f"  rep {rep}: {w['name']}: reference {float(ref['process_cpu_s']):.2f} cpu-s, "  # type: ignore[arg-type]
                       f"dmocker {float(ours['process_cpu_s']):.2f} cpu-s", file=sys.stderr, flush=True)  # type: ignore[arg-type]
     print(f"router: {args.router} (reference: {'kv_router' if args.router == 'kv' else 'round_robin'})")
-    print("CPU seconds (user + sys) of whole processes, reference (Dynamo mocker, no per-request capture)")
-    print("then dmocker (no records), back to back; ratio = reference / dmocker (> 1: dmocker faster)")
-    print(f"| workload | rep | reference cpu s | dmocker cpu s | ratio | reference wall s | dmocker wall s "
-          f"| reference RSS MB | dmocker RSS MB | completed (ref/dmocker) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    how = "`python -m dmocker replay TRACE ... --out REPORT`" if args.cli else "a script calling dmocker.replay.run"
+    print("CPU seconds (user + sys) and wall seconds of whole processes, reference (Dynamo mocker, no per-request")
+    print(f"capture) then dmocker ({how}, no records), back to back; ratios = reference / dmocker (> 1: dmocker faster)")
+    print(f"| workload | rep | reference cpu s | dmocker cpu s | cpu ratio | reference wall s | dmocker wall s "
+          f"| wall ratio | reference RSS MB | dmocker RSS MB | completed (ref/dmocker) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, rep, ref, ours in rows:
         rc, oc = float(ref["process_cpu_s"]), float(ours["process_cpu_s"])  # type: ignore[arg-type]
         sr, so = ref["summary"], ours["summary"]
         assert isinstance(sr, dict) and isinstance(so, dict)
+        rw, ow = float(ref["process_wall_s"]), float(ours["process_wall_s"])  # type: ignore[arg-type]
         print(f"| {name} | {rep} | {rc:.2f} | {oc:.2f} | {rc / oc:.2f}x "
-              f"| {float(ref['process_wall_s']):.2f} | {float(ours['process_wall_s']):.2f} "  # type: ignore[arg-type]
+              f"| {rw:.2f} | {ow:.2f} | {rw / ow:.2f}x "
               f"| {float(ref['rss_mb']):.0f} | {float(ours['rss_mb']):.0f} "  # type: ignore[arg-type]
               f"| {sr.get('completed_requests')}/{so.get('completed_requests')} |")
 
@@ -352,6 +390,8 @@ def main() -> None:
                    help="dmocker also writes its per-request records (JSONL, to a temp file)")
     p.add_argument("--router", choices=["round-robin", "kv"], default="round-robin",
                    help="both replays route round robin (default) or KV-aware (reference: kv_router)")
+    p.add_argument("--cli", action="store_true",
+                   help="side by side: time dmocker as `python -m dmocker replay ... --out REPORT` (a user's command)")
     p.add_argument("--child", choices=["dmocker", "reference"], help=argparse.SUPPRESS)
     p.add_argument("--child-workload", help=argparse.SUPPRESS)
     args = p.parse_args()
