@@ -78,9 +78,6 @@ class Collector:
     """
 
     __slots__ = (
-        "arrival",
-        "first_token",
-        "second_token",
         "_last",
         "_tokens",
         "_last_a",
@@ -92,10 +89,6 @@ class Collector:
         "_input_a",
         "_reused_a",
         "_admitted_a",
-        "status",
-        "input_length",
-        "reused",
-        "first_admitted",
         "gaps",
         "_young",
         "_young_at",
@@ -112,8 +105,8 @@ class Collector:
         # Every per-request slot lives in a stdlib array: the per-request events (arrival,
         # admissions, first and second token, terminal) and the passes of a small batch update
         # it with scalar Python operations, several times cheaper than numpy's scalar indexing
-        # or fancy indexing on a handful of ids.  The public attributes (and ``_tokens`` /
-        # ``_last``) are numpy views of the same memory, for large batches and readers.
+        # or fancy indexing on a handful of ids.  Readers see numpy views of the same memory
+        # (the properties below); ``_tokens`` / ``_last`` are kept as views for large batches.
         nans = array.array("d", [math.nan]) * n
         self._arrival_a = array.array("d", nans)
         self._first_a = array.array("d", nans)
@@ -124,15 +117,8 @@ class Collector:
         self._input_a = array.array("i", bytes(4 * n))
         self._reused_a = array.array("i", bytes(4 * n))
         self._admitted_a = array.array("b", bytes(n))
-        self.arrival: F64 = np.frombuffer(self._arrival_a, dtype=np.float64)
-        self.first_token: F64 = np.frombuffer(self._first_a, dtype=np.float64)
-        self.second_token: F64 = np.frombuffer(self._second_a, dtype=np.float64)
         self._last: F64 = np.frombuffer(self._last_a, dtype=np.float64)
         self._tokens: npt.NDArray[np.int32] = np.frombuffer(self._tokens_a, dtype=np.int32)
-        self.status: npt.NDArray[np.int8] = np.frombuffer(self._status_a, dtype=np.int8)
-        self.input_length: npt.NDArray[np.int32] = np.frombuffer(self._input_a, dtype=np.int32)
-        self.reused: npt.NDArray[np.int32] = np.frombuffer(self._reused_a, dtype=np.int32)
-        self.first_admitted: npt.NDArray[np.bool_] = np.frombuffer(self._admitted_a, dtype=np.bool_)
         self.gaps = GapSketches()
         # source -> {young request: its token count when last looked at}; request -> source.
         # Request ids are keys as objects: the id objects in hand are used as they are.
@@ -160,6 +146,49 @@ class Collector:
         self._admitted_a[rid] = 1
         if reused_tokens > self._reused_a[rid]:
             self._reused_a[rid] = reused_tokens
+
+    @property
+    def arrival(self) -> F64:
+        """Arrival time per request, NaN before it arrives."""
+        return np.frombuffer(self._arrival_a, dtype=np.float64)
+
+    @property
+    def first_token(self) -> F64:
+        """First token time per request, NaN before it."""
+        return np.frombuffer(self._first_a, dtype=np.float64)
+
+    @property
+    def second_token(self) -> F64:
+        """Second token time per request, NaN before it."""
+        return np.frombuffer(self._second_a, dtype=np.float64)
+
+    @property
+    def status(self) -> npt.NDArray[np.int8]:
+        """Terminal status per request (:class:`TerminalStatus` values; INCOMPLETE until one)."""
+        return np.frombuffer(self._status_a, dtype=np.int8)
+
+    @property
+    def input_length(self) -> npt.NDArray[np.int32]:
+        """Prompt tokens per request."""
+        return np.frombuffer(self._input_a, dtype=np.int32)
+
+    @property
+    def reused(self) -> npt.NDArray[np.int32]:
+        """Prompt tokens served from a prefix cache per request (the largest admission's)."""
+        return np.frombuffer(self._reused_a, dtype=np.int32)
+
+    @property
+    def first_admitted(self) -> npt.NDArray[np.bool_]:
+        """Whether each request was admitted to a pass at least once."""
+        return np.frombuffer(self._admitted_a, dtype=np.bool_)
+
+    def status_of(self, request_id: int) -> TerminalStatus:
+        """One request's terminal status."""
+        return TerminalStatus(self._status_a[request_id])
+
+    def reused_of(self, request_id: int) -> int:
+        """One request's prompt tokens served from a prefix cache."""
+        return self._reused_a[request_id]
 
     @property
     def tokens(self) -> npt.NDArray[np.int32]:

@@ -30,6 +30,7 @@ from dmocker.handoff import (
     ProtocolSpec,
 )
 
+from .collector import TerminalStatus
 from .faults import FaultCause, FaultKind, FaultPlan, Pool, WorkerCrash, crash_events, draw_request_faults
 from .runtime import ClusterControl, CoordinatorFactory
 
@@ -163,7 +164,7 @@ class FaultDriver:
         rt = self._runtime
         assert rt is not None
         self.injected[FaultKind.FAIL.value] += 1  # the fault that fails acquires (FaultKind.fails_acquire)
-        if int(rt.collector.status[request_id]) == 0:  # not terminal yet: this failure ends it
+        if rt.collector.status_of(request_id) is TerminalStatus.INCOMPLETE:  # this failure ends it
             self.causes[request_id] = FaultCause.ACTION_FAILED
 
     def land(self, request_id: int, kind: FaultKind) -> None:

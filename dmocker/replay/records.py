@@ -17,7 +17,7 @@ def request_record(req: RequestState, c: Collector) -> dict[str, object]:
     first = first_ms if n > 0 else None
     last = last_ms if n > 0 else None
     second = second_ms if n > 1 else None
-    status = TerminalStatus(int(c.status[rid]))
+    status = c.status_of(rid)
     completed = status is TerminalStatus.COMPLETED
     rec: dict[str, object] = {
         "request_id": rid,
@@ -36,7 +36,7 @@ def request_record(req: RequestState, c: Collector) -> dict[str, object]:
         "input_length": req.turn.input_length,
         "requested_output_length": req.turn.output_length,
         "output_length": n,
-        "reused_input_tokens": int(c.reused[rid]),
+        "reused_input_tokens": c.reused_of(rid),
         "prefill_worker_idx": req.prefill_worker if req.prefill_worker >= 0 else None,
         "decode_worker_idx": req.decode_worker if req.decode_worker >= 0 else None,
         "prefill_admit_ms": req.prefill_admit_ms,

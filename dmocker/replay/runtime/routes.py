@@ -26,7 +26,7 @@ __all__ = ["Routing", "Dispatcher"]
 
 _P: Final = 0
 _D: Final = 1
-_COMPLETED: Final = int(TerminalStatus.COMPLETED)
+_COMPLETED: Final = TerminalStatus.COMPLETED
 
 
 class Dispatcher(Protocol):
@@ -120,7 +120,7 @@ class Routing:
 
     def retired(self, req: RequestState) -> None:
         """A request left: count its prefix reuse if it completed."""
-        if self.collector.status.item(req.rid) == _COMPLETED:
+        if self.collector.status_of(req.rid) is _COMPLETED:
             reuse = self.reuse
             reuse[0] += req.prefill_reused or 0
             reuse[1] += req.decode_reused or 0
