@@ -59,7 +59,6 @@ from dmocker.handoff import (
 )
 from dmocker.engines.hashing import block_hashes_from_tokens
 from dmocker.engines.interface import (
-    Backend,
     CommandEffects,
     CommandResult,
     EngineArgs,
@@ -69,8 +68,8 @@ from dmocker.engines.interface import (
     KvEvent,
     KvStored,
     WorkerType,
-    make_worker,
 )
+from dmocker.engines.registry import engine_names, make_worker
 
 REQUEST_ID: Final = 0
 TOKENS: Final = tuple(range(8))
@@ -93,10 +92,10 @@ def _normalized_names() -> dict[str, str]:
 _NORMALIZED: Final = _normalized_names()
 
 
-def fixture_args(backend: Backend, worker_type: WorkerType, mode: TransferTimingMode) -> EngineArgs:
+def fixture_args(engine: str, worker_type: WorkerType, mode: TransferTimingMode) -> EngineArgs:
     """The reference fixture's engine arguments (small pools, block size 4, a 1 GB/s link)."""
     return EngineArgs(
-        backend=backend,
+        engine=engine,
         worker_type=worker_type,
         block_size=BLOCK_SIZE,
         num_gpu_blocks=64,
@@ -175,11 +174,10 @@ class _Driver:
     """One request, one prefill worker, one decode worker, a virtual clock."""
 
     def __init__(self, engine: str, mode: TransferTimingMode) -> None:
-        backend = Backend.parse(engine)
         self.engine = engine
         self.order = order_for_engine(engine)
-        self.src: EngineWorker = make_worker(fixture_args(backend, WorkerType.PREFILL, mode), 0, record_kv_events=True)
-        self.dst: EngineWorker = make_worker(fixture_args(backend, WorkerType.DECODE, mode), 0, record_kv_events=True)
+        self.src: EngineWorker = make_worker(fixture_args(engine, WorkerType.PREFILL, mode), 0, record_kv_events=True)
+        self.dst: EngineWorker = make_worker(fixture_args(engine, WorkerType.DECODE, mode), 0, record_kv_events=True)
         self.request = EngineRequest(REQUEST_ID, len(TOKENS), MAX_OUTPUT_TOKENS, block_hashes_from_tokens(TOKENS, BLOCK_SIZE))
         self.coord = HandoffCoordinator(REQUEST_ID, self.order)
         self.now = 0.0
@@ -374,11 +372,12 @@ class _Driver:
 
 
 def run_fixture(engine: str, mode: TransferTimingMode = TransferTimingMode.FULL_PROMPT) -> FixtureVerdict:
-    """Run the fixture for ``engine`` (vllm or sglang) in one timing mode and validate it."""
-    if engine.lower() not in ("vllm", "sglang"):
-        # The reference rejects TRT-LLM here: it has no destination-side handoff.
-        raise ValueError(f"the conformance fixture supports vllm and sglang, not {engine!r}")
-    capture = _Driver(engine.lower(), mode).run()
+    """Run the fixture for ``engine`` (a mock engine's name) in one timing mode and validate it."""
+    name = engine.strip().lower()
+    if name not in engine_names():
+        # The reference rejects TRT-LLM here: it has no destination-side handoff (and no mock).
+        raise ValueError(f"the conformance fixture supports {' and '.join(engine_names())}, not {engine!r}")
+    capture = _Driver(name, mode).run()
     validator = Validator(None)
     check_native([line + "\n" for line in capture.events], validator, keep_going=False)
     log = validator.result()

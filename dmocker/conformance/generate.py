@@ -10,14 +10,25 @@ from __future__ import annotations
 
 import json
 import random
-from typing import Iterator
+from typing import Final, Iterator
 
 from dmocker.conformance.events import COMPLETION_KIND
 from dmocker.conformance.projection import Projection, projection_for
-from dmocker.handoff import HandoffOrder
+from dmocker.handoff import HandoffOrder, load_spec
 
 _COMPLETED_PREFIX = f"{COMPLETION_KIND}:"
-ENGINE_OF = {HandoffOrder.SOURCE_FIRST: "vllm", HandoffOrder.DESTINATION_FIRST: "sglang"}
+
+
+def _engine_of() -> dict[HandoffOrder, str]:
+    """Order -> the engine generated lines name for it: the first the spec's engines table
+    lists speaking that order."""
+    out: dict[HandoffOrder, str] = {}
+    for entry in load_spec().engines:
+        out.setdefault(entry.order, entry.name)
+    return out
+
+
+ENGINE_OF: Final = _engine_of()
 
 
 def random_lifecycle(projection: Projection, rng: random.Random, *, happy_bias: float = 0.0,

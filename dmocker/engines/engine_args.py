@@ -5,6 +5,11 @@ Why their own module: the engine interface is compiled by mypyc (``setup.py``), 
 class checks its attribute types itself, raising a bare ``TypeError`` on a wrongly typed value
 before :meth:`EngineArgs.validate` can name the field.  Kept here, interpreted, ``EngineArgs``
 accepts any value and ``validate`` reports it field by field.
+
+Which engines exist, and their default block sizes, is the handoff spec's ``engines`` table
+(``spec/handoff.json``), read here by name: the engine modules that implement them
+(:mod:`dmocker.engines.registry`) build workers from these arguments, so the arguments cannot
+ask those modules without an import circle.
 """
 
 from __future__ import annotations
@@ -13,23 +18,14 @@ import enum
 import math
 from dataclasses import dataclass
 
-from dmocker.handoff import TransferTiming, TransferTimingMode
+from dmocker.handoff import EngineEntry, TransferTiming, TransferTimingMode, load_spec
 
-__all__ = ["Backend", "WorkerType", "DecodeKvAccounting", "DEFAULT_BLOCK_SIZE", "EngineArgs"]
+__all__ = ["WorkerType", "DecodeKvAccounting", "EngineArgs", "mock_engines"]
 
 
-class Backend(enum.Enum):
-    """Which engine's scheduler and KV manager to mimic."""
-
-    VLLM = "vllm"
-    SGLANG = "sglang"
-
-    @classmethod
-    def parse(cls, text: str) -> Backend:
-        for b in cls:
-            if text.strip().lower() == b.value:
-                return b
-        raise ValueError(f"unknown engine {text!r}: expected 'vllm' or 'sglang'")
+def mock_engines() -> tuple[EngineEntry, ...]:
+    """The engines the spec gives a default block size: the ones dmocker mocks."""
+    return tuple(e for e in load_spec().engines if e.default_block_size is not None)
 
 
 class WorkerType(enum.Enum):
@@ -60,16 +56,13 @@ class DecodeKvAccounting(enum.Enum):
     RESIDENT = "resident"
 
 
-# Reference defaults (``MockEngineArgs`` in ``ai-dynamo/dynamo`` ``lib/mocker/src/common/protocols.rs``).
-DEFAULT_BLOCK_SIZE = {Backend.VLLM: 64, Backend.SGLANG: 1}
-
-
 @dataclass(frozen=True, slots=True)
 class EngineArgs:
     """Engine arguments, named after the reference's ``MockEngineArgs``, with its defaults.
 
-    ``block_size=None`` means the backend default (vLLM 64, SGLang 1); read ``page_tokens`` for the
-    resolved value.  For SGLang the page size is the block size.  Timing is the polynomial model
+    ``engine`` names the engine to mimic (one of :func:`mock_engines`, lower case).
+    ``block_size=None`` means the engine's default (the spec's ``default_block_size``: vLLM 64,
+    SGLang 1); read ``page_tokens`` for the resolved value.  For SGLang the page size is the block size.  Timing is the polynomial model
     unless both ``fixed_prefill_ms`` and ``fixed_decode_ms`` are given (then a pass costs
     ``fixed_prefill_ms`` if it schedules any uncached prompt token plus ``fixed_decode_ms`` if it
     decodes, each still divided by the speed-up ratios).  ``decode_kv_accounting`` picks what
@@ -78,7 +71,7 @@ class EngineArgs:
     offending field.
     """
 
-    backend: Backend = Backend.VLLM
+    engine: str = "vllm"
     worker_type: WorkerType = WorkerType.DECODE
     block_size: int | None = None
     num_gpu_blocks: int = 16384
@@ -106,7 +99,13 @@ class EngineArgs:
     @property
     def page_tokens(self) -> int:
         """The resolved block (= SGLang page) size in tokens."""
-        return self.block_size if self.block_size is not None else DEFAULT_BLOCK_SIZE[self.backend]
+        if self.block_size is not None:
+            return self.block_size
+        block = load_spec().engine(self.engine).default_block_size
+        if block is None:
+            raise ValueError(f"engine argument engine={self.engine!r}: dmocker has no mock of this engine, "
+                             "so no default block_size")
+        return block
 
     @property
     def total_kv_tokens(self) -> int:
@@ -122,8 +121,9 @@ class EngineArgs:
         def bad(name: str, why: str) -> ValueError:
             return ValueError(f"engine argument {name}={getattr(self, name)!r}: {why}")
 
-        if not isinstance(self.backend, Backend):
-            raise bad("backend", "expected Backend.VLLM or Backend.SGLANG")
+        mocks = [e.name for e in mock_engines()]
+        if self.engine not in mocks:
+            raise bad("engine", "expected one of " + ", ".join(repr(name) for name in mocks))
         if not isinstance(self.worker_type, WorkerType):
             raise bad("worker_type", "expected WorkerType.PREFILL or WorkerType.DECODE")
         for name in ("num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens",

@@ -69,12 +69,10 @@ import numpy.typing as npt
 
 from dmocker.handoff import DestinationReserved, HandoffId, SourceHeld
 
-from .engine_args import DEFAULT_BLOCK_SIZE, Backend, DecodeKvAccounting, EngineArgs, WorkerType
+from .engine_args import DecodeKvAccounting, EngineArgs, WorkerType
 from .errors import EngineCommandError
 
 __all__ = [
-    "DEFAULT_BLOCK_SIZE",
-    "Backend",
     "WorkerType",
     "DecodeKvAccounting",
     "EngineArgs",
@@ -92,7 +90,6 @@ __all__ = [
     "BatchDelta",
     "EngineWorker",
     "IdArray",
-    "make_worker",
     "empty_ids",
     "ids_array",
     "ids_copy",
@@ -403,19 +400,3 @@ class EngineWorker:
     def finish_pass(self) -> PassCompletion:
         """Apply the end of the running pass (must be busy) and return its deferred effects."""
         raise NotImplementedError
-
-
-def make_worker(args: EngineArgs, worker_idx: int = 0, *, record_kv_events: bool = False) -> EngineWorker:
-    """Build a worker for ``args.backend`` after validating the args.
-
-    ``record_kv_events`` turns on KV Stored/Removed capture (prefix-router feed, conformance);
-    off, the hot path skips building event tuples.
-    """
-    args.validate()
-    if args.backend is Backend.VLLM:
-        from dmocker.engines.vllm import VllmWorker
-
-        return VllmWorker(args, worker_idx, record_kv_events=record_kv_events)
-    from dmocker.engines.sglang import SglangWorker
-
-    return SglangWorker(args, worker_idx, record_kv_events=record_kv_events)

@@ -69,9 +69,10 @@ from dmocker.engines.interface import (
 from dmocker.engines.sglang_decode import SglDecodePath
 from dmocker.engines.sglang_request import SglRequest as _SReq
 from dmocker.engines.sglang_request import SglStatus as _St
+from dmocker.engines.engine_spec import EngineSpec
 from dmocker.engines.timing import PassTiming
 
-__all__ = ["SglangWorker"]
+__all__ = ["ENGINE", "SglangWorker"]
 
 I64 = npt.NDArray[np.int64]
 
@@ -533,3 +534,6 @@ class SglangWorker(SglDecodePath):
             assert ref_count.get(h, 0) == c, (h, c)
         assert len(self._running) <= self.args.max_num_seqs
         assert self._min_ratio <= self.new_token_ratio <= self._init_ratio
+
+
+ENGINE = EngineSpec("sglang", SglangWorker)

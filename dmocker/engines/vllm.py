@@ -53,11 +53,12 @@ from dmocker.engines.interface import (
     WorkerType,
     ids_array,
 )
+from dmocker.engines.engine_spec import EngineSpec
 from dmocker.engines.timing import PassTiming
 from dmocker.engines.vllm_lockstep import LockstepDecode
 from dmocker.engines.vllm_request import VllmRequest, VllmStatus
 
-__all__ = ["VllmWorker"]
+__all__ = ["ENGINE", "VllmWorker"]
 
 I64 = npt.NDArray[np.int64]
 
@@ -620,3 +621,6 @@ class VllmWorker(LockstepDecode):
         if self._lock and self._rid_q is not None:  # the tracked ids are the batch
             assert self._rid_q.tolist() == list(self._run), (self._rid_q, list(self._run))
             assert self._rid_q.to_numpy().tolist() == list(self._run), (self._rid_q, list(self._run))
+
+
+ENGINE = EngineSpec("vllm", VllmWorker)

@@ -14,8 +14,17 @@ from typing import TYPE_CHECKING
 from dmocker.handoff._coordinator import HandoffCoordinator
 from dmocker.handoff._eventlog import EventLogWriter
 from dmocker.handoff._registry import ACTION_CLASSES, FACT_CLASSES, terminal_fact_classes
-from dmocker.handoff._spec import OBSERVABLE_SIDES, Invariant, ProtocolSpec, Region, SpecError, Transition, derived
-from dmocker.handoff._spec_load import default_spec_path, load_spec, success_outcomes
+from dmocker.handoff._spec import (
+    OBSERVABLE_SIDES,
+    EngineEntry,
+    Invariant,
+    ProtocolSpec,
+    Region,
+    SpecError,
+    Transition,
+    derived,
+)
+from dmocker.handoff._spec_load import default_spec_path, load_spec, order_for_engine, success_outcomes
 from dmocker.handoff._table import STEP_TAG, CompiledTable, NotApplicable, Reject, Step, compile_table
 from dmocker.handoff._types import (
     Action,
@@ -45,7 +54,6 @@ from dmocker.handoff._types import (
     TransferCompleted,
     TransferTiming,
     TransferTimingMode,
-    order_for_engine,
 )
 
 if TYPE_CHECKING:
@@ -98,6 +106,7 @@ __all__ = [
     "Completion",
     "DestinationReserved",
     "DueFact",
+    "EngineEntry",
     "EventLogWriter",
     "Fact",
     "FairEnvironment",

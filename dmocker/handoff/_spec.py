@@ -170,6 +170,16 @@ class FactSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class EngineEntry:
+    """An engine as the spec names it (``engines``): the handoff order it speaks and, for an
+    engine dmocker mocks, the mock's default KV block size in tokens (None: no mock)."""
+
+    name: str
+    order: HandoffOrder
+    default_block_size: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Invariant:
     """A safety property the monitor checks on every step, with its parameters."""
 
@@ -208,6 +218,8 @@ class ProtocolSpec:
     observable_sides: tuple[tuple[str, str], ...] = ()
     #: the observable kind that carries the completion in ``detail`` (one of ``completed_details``)
     completion_kind: str = "completed"
+    #: the engines event logs and engine arguments name, in spec order (``engines``)
+    engines: tuple[EngineEntry, ...] = ()
     #: What consumers derive from this spec (compiled tables, projections), see :func:`derived`.
     #: Held by the spec itself, so it lives and dies with it; never part of equality or repr.
     _derived: dict[Hashable, object] = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
@@ -255,6 +267,16 @@ class ProtocolSpec:
         if not allowed:
             raise KeyError(f"{action} takes no outcome")
         return allowed[0]
+
+    def engine(self, name: str) -> EngineEntry:
+        """The entry of engine ``name`` (case and surrounding blanks ignored); a ValueError
+        naming the known engines for any other name."""
+        key = name.strip().lower() if isinstance(name, str) else None
+        for entry in self.engines:
+            if entry.name == key:
+                return entry
+        known = ", ".join(e.name for e in self.engines) or f"none (the spec {self.path} has no 'engines' table)"
+        raise ValueError(f"unknown engine {name!r}: expected one of {known}")
 
     def lifecycle(self, order: HandoffOrder) -> tuple[str, ...]:
         return dict(self.lifecycles)[order]

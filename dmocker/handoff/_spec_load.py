@@ -18,7 +18,7 @@ from pathlib import Path
 from dmocker.handoff._spec import ProtocolSpec, SpecError
 from dmocker.handoff._spec_parse import parse_spec
 from dmocker.handoff._table import validate_semantics
-from dmocker.handoff._types import OutcomeKind
+from dmocker.handoff._types import HandoffOrder, OutcomeKind
 
 
 def success_outcomes(spec: ProtocolSpec | None = None) -> dict[str, OutcomeKind]:
@@ -91,6 +91,12 @@ def load_spec(path: str | os.PathLike[str] | None = None) -> ProtocolSpec:
     while len(_CACHE) > _CACHE_SIZE:
         del _CACHE[next(iter(_CACHE))]
     return spec
+
+
+def order_for_engine(name: str) -> HandoffOrder:
+    """The handoff order engine ``name`` speaks, from the spec's ``engines`` table (case and
+    surrounding blanks ignored); unknown engines are a ValueError."""
+    return load_spec().engine(name).order
 
 
 def _read_json(path: Path) -> object:

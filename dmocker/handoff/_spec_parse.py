@@ -15,9 +15,10 @@ from dmocker.handoff._spec import (
     KNOWN_GUARDS,
     KNOWN_STORES,
     OBSERVABLE_SIDES,
+    REQUEST_ENDS,
     ActionSpec,
     Check,
-    REQUEST_ENDS,
+    EngineEntry,
     FactSpec,
     FaultSpec,
     Invariant,
@@ -391,7 +392,34 @@ def parse_spec(raw: object, path: str = "<spec>") -> ProtocolSpec:
         invariants=tuple(invariants),
         observable_sides=sides,
         completion_kind=completion_kind,
+        engines=_parse_engines(ctx, top.get("engines", {}), orders_raw),
     )
+
+
+def _parse_engines(ctx: _Ctx, raw: object, orders: dict[str, object]) -> tuple[EngineEntry, ...]:
+    """The ``engines`` table (optional): name -> ``{"order", "default_block_size"?}``.
+
+    Names are lower case (lookups ignore case), each speaks a declared order, and a default
+    block size, when given, is a positive number of tokens."""
+    entries: list[EngineEntry] = []
+    for name, value in ctx.obj(raw, "engines").items():
+        if name == "doc":
+            continue
+        el = f"engines.{name}"
+        if not name or name != name.strip().lower():
+            raise ctx.fail(el, "an engine name is lower case, without surrounding blanks")
+        obj = ctx.obj(value, el)
+        unknown = sorted(set(obj) - {"order", "default_block_size"})
+        if unknown:
+            raise ctx.fail(el, f"unknown field {unknown[0]!r} (known: 'order', 'default_block_size')")
+        order = ctx.string(ctx.get(obj, "order", el), f"{el}.order")
+        if order not in orders:
+            raise ctx.fail(f"{el}.order", f"unknown order {order!r} (declared: {sorted(orders)})")
+        block = obj.get("default_block_size")
+        if block is not None and (isinstance(block, bool) or not isinstance(block, int) or block <= 0):
+            raise ctx.fail(f"{el}.default_block_size", f"expected a positive integer (tokens), got {block!r}")
+        entries.append(EngineEntry(name, HandoffOrder(order), block))
+    return tuple(entries)
 
 
 def _check_invariant_atoms(

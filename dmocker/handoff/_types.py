@@ -42,24 +42,6 @@ class HandoffOrder(enum.Enum):
         )
 
 
-_ENGINE_ORDERS = {
-    "vllm": HandoffOrder.SOURCE_FIRST,
-    "trtllm": HandoffOrder.SOURCE_FIRST,
-    "trt-llm": HandoffOrder.SOURCE_FIRST,
-    "sglang": HandoffOrder.DESTINATION_FIRST,
-}
-
-
-def order_for_engine(name: str) -> HandoffOrder:
-    """The handoff order an engine uses; case-insensitive; unknown engines are a ValueError."""
-    try:
-        return _ENGINE_ORDERS[name.strip().lower()]
-    except (KeyError, AttributeError):
-        raise ValueError(
-            f"unknown engine {name!r}: expected one of vllm, trtllm, trt-llm, sglang"
-        ) from None
-
-
 class TransferTimingMode(enum.Enum):
     """Which token count a KV transfer is charged for."""
 

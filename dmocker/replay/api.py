@@ -16,7 +16,8 @@ from typing import IO, TYPE_CHECKING
 
 from dmocker._atomic import AtomicFile
 from dmocker.handoff import HandoffOrder, order_for_engine
-from dmocker.engines.interface import EngineWorker, make_worker
+from dmocker.engines.interface import EngineWorker
+from dmocker.engines.registry import make_worker
 
 from .collector import Collector
 from .config import DEFAULT_SYNTHETIC, ReplayConfig, WorkloadKind
@@ -101,7 +102,7 @@ def _replay(config: ReplayConfig, stepping: DecodeStepping, progress: bool) -> R
                         "build one with ReplayConfig(...) or ReplayConfig.from_values({...})")
     # ---- what the configuration alone cannot check: user code, the trace's lines ----------
     prefill_args, decode_args = config.engine_args()
-    order: HandoffOrder = order_for_engine(prefill_args.backend.value)
+    order: HandoffOrder = order_for_engine(prefill_args.engine)
     router_spec = parse_router(config.router.name)
     routing = config.router.kv.validate()
     planner_opts = _planner_options(config)

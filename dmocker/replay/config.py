@@ -29,7 +29,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeAlias
 
-from dmocker.engines.engine_args import Backend, EngineArgs, WorkerType
+from dmocker.engines.engine_args import EngineArgs, WorkerType
+from dmocker.engines.registry import engine_spec
 
 from .config_schema import Bound, ConfigError, ConfigValue, FieldInfo, JsonValue, PythonObject
 from .config_sections import (
@@ -137,7 +138,7 @@ class ReplayConfig:
 
     def resolved(self) -> ReplayConfig:
         """The same run with the defaults that depend on other fields written in."""
-        block_size = EngineArgs(backend=self.backend).page_tokens  # the engine's default
+        block_size = EngineArgs(engine=self.engine).page_tokens  # the engine's default
 
         def pool(p: PoolConfig) -> PoolConfig:
             return dataclasses.replace(p, block_size=block_size) if p.block_size is None else p
@@ -165,17 +166,18 @@ class ReplayConfig:
     # ---- what the run uses -------------------------------------------------------------------
 
     @property
-    def backend(self) -> Backend:
-        return Backend.parse(self.cluster.engine)
+    def engine(self) -> str:
+        """The mock engine's name (``cluster.engine`` as the registry spells it)."""
+        return engine_spec(self.cluster.engine).name
 
     def engine_args(self) -> tuple[EngineArgs, EngineArgs]:
         """Both pools' :class:`EngineArgs` (prefill, decode), validated."""
-        backend = self.backend
+        engine = self.engine
         t = self.transfer
         out = []
         for pool, role in ((self.prefill, WorkerType.PREFILL), (self.decode, WorkerType.DECODE)):
             args = EngineArgs(
-                backend=backend, worker_type=role, kv_bytes_per_token=t.kv_bytes_per_token,
+                engine=engine, worker_type=role, kv_bytes_per_token=t.kv_bytes_per_token,
                 kv_transfer_bandwidth=t.bandwidth_gb_s, kv_transfer_timing_mode=t.timing_mode,
                 **{f.name: getattr(pool, f.name) for f in dataclasses.fields(PoolConfig)},
             )

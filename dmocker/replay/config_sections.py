@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeAlias
 
-from dmocker.engines.engine_args import Backend, DecodeKvAccounting
+from dmocker.engines.engine_args import DecodeKvAccounting
+from dmocker.engines.registry import engine_spec
 from dmocker.handoff import TransferTimingMode
 
 from .config_schema import Bound, Check, PythonObject, Schema
@@ -204,7 +205,7 @@ def _known_engine(value: object) -> str | None:
         return "engine 'trtllm' is not supported by the disaggregated replay (TRT-LLM has no " \
                "destination handoff): use 'vllm' or 'sglang'"
     try:
-        Backend.parse(text)
+        engine_spec(text)
     except ValueError as exc:
         return str(exc)
     return None

@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from dmocker.engines.interface import EngineArgs, make_worker
+from dmocker.engines.interface import EngineArgs
+from dmocker.engines.registry import make_worker
 from dmocker.handoff import (
     Completion,
     Fact,

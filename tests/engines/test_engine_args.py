@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from dmocker.handoff import TransferTimingMode
-from dmocker.engines.interface import Backend, EngineArgs, WorkerType, make_worker
+from dmocker.engines.interface import EngineArgs, WorkerType
+from dmocker.engines.registry import ENGINES, engine_names, engine_spec, make_worker
 
 
 def test_defaults_match_reference() -> None:
@@ -19,7 +20,7 @@ def test_defaults_match_reference() -> None:
     assert a.kv_transfer_timing_mode is TransferTimingMode.FULL_PROMPT
     assert a.max_model_len is None
     assert a.page_tokens == 64
-    assert EngineArgs(backend=Backend.SGLANG).page_tokens == 1
+    assert EngineArgs(engine="sglang").page_tokens == 1
     assert (a.max_prefill_tokens, a.chunked_prefill_size) == (16384, 8192)
 
 
@@ -37,7 +38,8 @@ def test_defaults_match_reference() -> None:
         ("kv_bytes_per_token", -3),
         ("fixed_prefill_ms", 1.0),
         ("schedule_conservativeness", 0.0),
-        ("backend", "vllm"),
+        ("engine", "trtllm"),
+        ("engine", "SGLang"),
         ("worker_type", "decode"),
     ],
 )
@@ -50,10 +52,10 @@ def test_validation_names_the_field(field: str, value: object) -> None:
 
 
 def test_parse_helpers() -> None:
-    assert Backend.parse(" SGLang ") is Backend.SGLANG
+    assert engine_spec(" SGLang ") is ENGINES[1]
     assert WorkerType.parse("prefill") is WorkerType.PREFILL
     with pytest.raises(ValueError, match="unknown engine"):
-        Backend.parse("trtllm")
+        engine_spec("trtllm")
 
 
 def test_transfer_timing_uses_prefill_args() -> None:
@@ -62,16 +64,16 @@ def test_transfer_timing_uses_prefill_args() -> None:
     assert t.delay_ms(0) == pytest.approx(128.0)
 
 
-@pytest.mark.parametrize("backend", [Backend.VLLM, Backend.SGLANG])
+@pytest.mark.parametrize("engine", engine_names())
 @pytest.mark.parametrize("link", [{}, {"kv_bytes_per_token": 131072, "kv_transfer_bandwidth": 50.0},
                                   {"kv_bytes_per_token": 4, "kv_transfer_bandwidth": 2,
                                    "kv_transfer_timing_mode": TransferTimingMode.DESTINATION_MISSING}])
-def test_a_held_source_reports_its_args_transfer_timing(backend: Backend, link: dict[str, object]) -> None:
+def test_a_held_source_reports_its_args_transfer_timing(engine: str, link: dict[str, object]) -> None:
     """Engines build the SourceHeld timing from link settings read at start: the same value as
     ``EngineArgs.transfer_timing`` for every prompt length."""
     from dmocker.handoff import SourceHeld
 
-    args = EngineArgs(backend=backend, worker_type=WorkerType.PREFILL, **link)  # type: ignore[arg-type]
+    args = EngineArgs(engine=engine, worker_type=WorkerType.PREFILL, **link)  # type: ignore[arg-type]
     worker = make_worker(args)
     for prompt in (0, 1, 777, 1 << 40):
         held = worker._source_held(("h", prompt), prompt)  # type: ignore[attr-defined]

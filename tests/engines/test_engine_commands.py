@@ -15,15 +15,14 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, precondi
 from dmocker.handoff import DestinationReserved, SourceHeld
 from dmocker.engines.hashing import block_hashes_from_tokens
 from dmocker.engines.interface import (
-    Backend,
     CommandEffects,
     CommandResult,
     EngineArgs,
     EngineCommandError,
     EngineRequest,
     WorkerType,
-    make_worker,
 )
+from dmocker.engines.registry import engine_names, make_worker
 
 BASE = EngineArgs(block_size=4, num_gpu_blocks=24, max_num_batched_tokens=16, max_num_seqs=3)
 
@@ -31,7 +30,7 @@ BASE = EngineArgs(block_size=4, num_gpu_blocks=24, max_num_batched_tokens=16, ma
 class EngineMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.backend = Backend.VLLM
+        self.engine = "vllm"
         self.p = make_worker(dataclasses.replace(BASE, worker_type=WorkerType.PREFILL))
         self.d = make_worker(dataclasses.replace(BASE, worker_type=WorkerType.DECODE))
         self.reqs: dict[int, EngineRequest] = {}
@@ -41,13 +40,13 @@ class EngineMachine(RuleBasedStateMachine):
         self.reserved: set[int] = set()
         self.now = 0.0
 
-    @rule(backend=st.sampled_from(list(Backend)))
-    def choose_backend(self, backend: Backend) -> None:
+    @rule(engine=st.sampled_from(engine_names()))
+    def choose_engine(self, engine: str) -> None:
         if self.reqs:
             return  # only before anything happened
-        self.backend = backend
-        self.p = make_worker(dataclasses.replace(BASE, backend=backend, worker_type=WorkerType.PREFILL))
-        self.d = make_worker(dataclasses.replace(BASE, backend=backend, worker_type=WorkerType.DECODE))
+        self.engine = engine
+        self.p = make_worker(dataclasses.replace(BASE, engine=engine, worker_type=WorkerType.PREFILL))
+        self.d = make_worker(dataclasses.replace(BASE, engine=engine, worker_type=WorkerType.DECODE))
 
     def _effects(self, e: CommandEffects) -> None:
         for f in e.lifecycle:

@@ -10,7 +10,6 @@ from hypothesis import given, settings, strategies as st
 from dmocker.handoff import DestinationReserved, SourceHeld
 from dmocker.engines.hashing import block_hashes_from_tokens
 from dmocker.engines.interface import (
-    Backend,
     CommandResult,
     EngineArgs,
     EngineCommandError,
@@ -20,7 +19,7 @@ from dmocker.engines.interface import (
 from dmocker.engines.sglang import SglangWorker
 from tests.engines.engine_driver import run_pair, stored
 
-FIXTURE = EngineArgs(backend=Backend.SGLANG, block_size=4, num_gpu_blocks=64,
+FIXTURE = EngineArgs(engine="sglang", block_size=4, num_gpu_blocks=64,
                      max_num_batched_tokens=64, max_num_seqs=2, speedup_ratio=1000.0,
                      decode_speedup_ratio=1000.0, kv_transfer_bandwidth=1.0,
                      kv_bytes_per_token=1_000_000)

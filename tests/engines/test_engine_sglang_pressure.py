@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from dmocker.engines.interface import Backend, EngineArgs, EngineRequest, WorkerType
+from dmocker.engines.interface import EngineArgs, EngineRequest, WorkerType
 from dmocker.engines.sglang import SglangWorker
 
 DATA = Path(__file__).parent / "data"
@@ -45,7 +45,7 @@ def test_pressure_replay_matches_reference(trace: str) -> None:
 def test_activation_frees_duplicate_prompt_pages() -> None:
     """Two destinations of the same prompt, both reserved before either is activated: the
     second activation finds every page in the tree and keeps only the tree's copies."""
-    args = EngineArgs(backend=Backend.parse("sglang"), worker_type=WorkerType.DECODE,
+    args = EngineArgs(engine="sglang", worker_type=WorkerType.DECODE,
                       block_size=4, num_gpu_blocks=16)
     w = SglangWorker(args)
     hashes = (11, 12)

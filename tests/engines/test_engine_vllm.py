@@ -17,8 +17,8 @@ from dmocker.engines.interface import (
     EngineRequest,
     KvStored,
     WorkerType,
-    make_worker,
 )
+from dmocker.engines.registry import make_worker
 from dmocker.engines.vllm import VllmWorker
 from tests.engines.engine_driver import run_pair, stored
 

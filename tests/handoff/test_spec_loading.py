@@ -59,6 +59,13 @@ CASES = {
     "unknown side": (lambda d: d["observable"]["sides"].update(failed="middle"), "unknown side 'middle'"),
     "side of an unknown kind": (lambda d: d["observable"]["sides"].update(exploded="none"), "observable.sides.exploded"),
     "unknown completion kind": (lambda d: d["observable"].update(completion_kind="done"), "unknown observable kind 'done'"),
+    "engine with an unknown order": (lambda d: d["engines"]["vllm"].update(order="sideways"),
+                                     "engines.vllm.order: unknown order 'sideways'"),
+    "engine with a bad block size": (lambda d: d["engines"]["sglang"].update(default_block_size=0),
+                                     "engines.sglang.default_block_size: expected a positive integer"),
+    "engine with an unknown field": (lambda d: d["engines"]["vllm"].update(page=4), "engines.vllm: unknown field 'page'"),
+    "engine name not lower case": (lambda d: d["engines"].update(TGI={"order": "source-first"}),
+                                   "engines.TGI: an engine name is lower case"),
 }
 
 
@@ -99,3 +106,15 @@ def test_spec_help_names_the_real_default(verb: list[str], capsys: pytest.Captur
     out = " ".join(capsys.readouterr().out.split())
     assert "default: $DMOCKER_SPEC if set, else dmocker's spec/handoff.json" in out
     assert "bundled" not in out
+
+
+def test_engine_orders_come_from_the_spec(tmp_path: Path) -> None:
+    """The engines table is the one engine -> order map: a spec that gives vLLM another order
+    changes what ``ProtocolSpec.engine`` answers, and a spec without the table knows no engine."""
+    spec = load_spec(_mutate(tmp_path, lambda d: d["engines"]["vllm"].update(order="destination-first")))
+    assert spec.engine(" VLLM ").order.value == "destination-first"
+    assert spec.engine("trt-llm").default_block_size is None
+    (tmp_path / "bare").mkdir()  # (another file: specs are cached by path)
+    bare = load_spec(_mutate(tmp_path / "bare", lambda d: d.pop("engines")))
+    with pytest.raises(ValueError, match="unknown engine 'vllm': expected one of none"):
+        bare.engine("vllm")

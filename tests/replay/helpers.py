@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from dmocker.handoff import HandoffOrder
 from dmocker.replay.collector import Collector
-from dmocker.engines.interface import Backend, EngineArgs, WorkerType
+from dmocker.engines.interface import EngineArgs, WorkerType
 from dmocker.replay.report import SlaThresholds, build_summary
 from dmocker.replay.runtime import DisaggRuntime
 from dmocker.replay.workload import AdmissionQueue, SyntheticSpec, SyntheticWorkload, Workload
@@ -34,10 +34,10 @@ def fake_engine_args(
     order: HandoffOrder, bandwidth: float | None = None, kv_bytes: int | None = None
 ) -> tuple[EngineArgs, EngineArgs]:
     """Prefill and decode args of the fake-worker runs: the order's engine, 64-token blocks."""
-    backend = Backend.VLLM if order is HandoffOrder.SOURCE_FIRST else Backend.SGLANG
-    pargs = EngineArgs(backend=backend, worker_type=WorkerType.PREFILL, block_size=64,
+    engine = "vllm" if order is HandoffOrder.SOURCE_FIRST else "sglang"
+    pargs = EngineArgs(engine=engine, worker_type=WorkerType.PREFILL, block_size=64,
                        kv_transfer_bandwidth=bandwidth, kv_bytes_per_token=kv_bytes)
-    return pargs, EngineArgs(backend=backend, worker_type=WorkerType.DECODE, block_size=64)
+    return pargs, EngineArgs(engine=engine, worker_type=WorkerType.DECODE, block_size=64)
 
 
 def run_to_end(

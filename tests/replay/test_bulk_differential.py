@@ -19,7 +19,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from dmocker.engines.interface import Backend, EngineArgs, WorkerType, make_worker
+from dmocker.engines.interface import EngineArgs, WorkerType
+from dmocker.engines.registry import make_worker
 from dmocker.handoff import Canceled, Failed, TimedOut, order_for_engine
 from dmocker.replay.collector import Collector
 from dmocker.replay.report import SlaThresholds, build_summary
@@ -33,8 +34,8 @@ _KINDS = (Canceled, Failed, TimedOut)
 
 def _replay(params: dict[str, object], bulk: bool,
             batch_epochs: bool = True) -> tuple[str, str, str, tuple[int, int, int], int]:
-    backend = Backend.SGLANG if params["engine"] == "sglang" else Backend.VLLM
-    common = dict(backend=backend, block_size=params["block_size"], num_gpu_blocks=params["blocks"],
+    engine = str(params["engine"])
+    common = dict(engine=engine, block_size=params["block_size"], num_gpu_blocks=params["blocks"],
                   max_num_seqs=params["max_seqs"])
     pargs = EngineArgs(worker_type=WorkerType.PREFILL, kv_transfer_bandwidth=params["bandwidth"],  # type: ignore[arg-type]
                        kv_bytes_per_token=131072 if params["bandwidth"] is not None else None,
@@ -49,14 +50,14 @@ def _replay(params: dict[str, object], bulk: bool,
     rt = DisaggRuntime(
         admission=AdmissionQueue(workload), prefill_args=pargs, decode_args=dargs,
         prefill_workers=[make_worker(pargs, i) for i in range(2)], decode_workers=decode,
-        order=order_for_engine(backend.value), collector=collector, records=records, events=events,
+        order=order_for_engine(engine), collector=collector, records=records, events=events,
         bulk=bulk,
     )
     for t, rid, kind in params["inject"]:  # type: ignore[attr-defined]
         rt.control.inject(t, rid, _KINDS[kind])
     rt.run()
     rt.lifecycle.write_incomplete_records()
-    summary = build_summary(collector, handoff_order=order_for_engine(backend.value).value,
+    summary = build_summary(collector, handoff_order=order_for_engine(engine).value,
                             sla=SlaThresholds(None, None, None))
     runs = tuple(sum(getattr(w, name) for w in decode) for name in ("bulk_runs", "bulk_joins", "bulk_tails"))
     return (records.getvalue(), events.getvalue(), json.dumps(summary, sort_keys=True), (runs[0], runs[1], runs[2]),

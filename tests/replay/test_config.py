@@ -109,7 +109,7 @@ def test_pool_config_mirrors_the_engine_arguments() -> None:
     pool's role and the link's settings (the ``transfer`` table)."""
     pool = {f.name: f.default for f in dataclasses.fields(PoolConfig)}
     args = {f.name: f.default for f in dataclasses.fields(EngineArgs)}
-    elsewhere = {"backend", "worker_type", "kv_bytes_per_token", "kv_transfer_bandwidth", "kv_transfer_timing_mode"}
+    elsewhere = {"engine", "worker_type", "kv_bytes_per_token", "kv_transfer_bandwidth", "kv_transfer_timing_mode"}
     assert pool == {k: v for k, v in args.items() if k not in elsewhere}
 
 

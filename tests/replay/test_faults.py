@@ -17,7 +17,7 @@ import pytest
 
 from dmocker.conformance.stream import check_native
 from dmocker.conformance.validator import Validator
-from dmocker.engines.interface import make_worker
+from dmocker.engines.registry import make_worker
 from dmocker.handoff import HandoffCoordinator, HandoffOrder
 from dmocker.replay import ReplayConfig, run
 from dmocker.replay.collector import Collector

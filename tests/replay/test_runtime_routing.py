@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from dmocker.engines.hashing import block_hashes_from_trace
-from dmocker.engines.interface import Backend, EngineArgs, EngineRequest, WorkerType, make_worker
+from dmocker.engines.interface import EngineArgs, EngineRequest, WorkerType
+from dmocker.engines.registry import make_worker
 from dmocker.handoff import Canceled, HandoffOrder
 from dmocker.replay import ReplayConfig, RouterConfig, RouterError, run
 from dmocker.replay.collector import Collector
@@ -68,8 +69,8 @@ def test_pools_are_routed_separately(tmp_path: Path) -> None:
 def _runtime_with_kv(n_prefill: int, cancel: list[tuple[float, int]], config: RouterConfig) -> tuple[DisaggRuntime, KvRouter, KvRouter, Collector]:
     spec = SyntheticSpec(requests=40, rate=200.0, isl_mean=1200, osl_mean=30, spread=0.3, prefix_groups=2, seed=2)
     wl = SyntheticWorkload(spec)
-    pargs = EngineArgs(backend=Backend.VLLM, worker_type=WorkerType.PREFILL, block_size=64).validate()
-    dargs = EngineArgs(backend=Backend.VLLM, worker_type=WorkerType.DECODE, block_size=64).validate()
+    pargs = EngineArgs(engine="vllm", worker_type=WorkerType.PREFILL, block_size=64).validate()
+    dargs = EngineArgs(engine="vllm", worker_type=WorkerType.DECODE, block_size=64).validate()
     pr = KvRouter(RouterContext(Pool.PREFILL, 0, 64, pargs.max_num_batched_tokens), config)
     dr = KvRouter(RouterContext(Pool.DECODE, 0, 64, dargs.max_num_batched_tokens), config)
     collector = Collector(wl.num_requests)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dmocker.engines.interface import EngineArgs, EngineWorker, make_worker
+from dmocker.engines.interface import EngineArgs, EngineWorker
+from dmocker.engines.registry import make_worker
 
 from .loop import PlannerLoop, check_initial_tick
 from .policies import PlannerSettings

@@ -122,7 +122,7 @@ class DisaggRuntime:
         self.table = table = RequestTable()
         self.queue = queue = ActionQueue()
         spec = load_spec()
-        engine = prefill_args.backend.value
+        engine = prefill_args.engine
         # The one event-log writer (shared with the conformance fixture), fed by the spec.
         event_log = EventLogWriter(events.write, engine, spec) if events is not None else None
         self.handoffs = handoffs = Handoffs(

@@ -20,7 +20,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from dmocker.engines.interface import Backend, EngineArgs, EngineWorker, WorkerType, make_worker
+from dmocker.engines.interface import EngineArgs, EngineWorker, WorkerType
+from dmocker.engines.registry import make_worker
 from dmocker.handoff import order_for_engine
 from dmocker.replay import PlannerMetrics, ScalingDecision
 from dmocker.replay.collector import Collector
@@ -71,8 +72,8 @@ class _Recording:
 
 
 def _replay(params: dict[str, object], bulk: bool) -> tuple[str, str, str, str, list[PlannerMetrics], int]:
-    backend = Backend.SGLANG if params["engine"] == "sglang" else Backend.VLLM
-    common = dict(backend=backend, block_size=params["block_size"], num_gpu_blocks=params["blocks"],
+    engine = str(params["engine"])
+    common = dict(engine=engine, block_size=params["block_size"], num_gpu_blocks=params["blocks"],
                   max_num_seqs=params["max_seqs"])
     pargs = EngineArgs(worker_type=WorkerType.PREFILL, kv_transfer_bandwidth=params["bandwidth"],  # type: ignore[arg-type]
                        kv_bytes_per_token=131072 if params["bandwidth"] is not None else None, **common)
@@ -108,13 +109,13 @@ def _replay(params: dict[str, object], bulk: bool) -> tuple[str, str, str, str, 
     rt = DisaggRuntime(
         admission=AdmissionQueue(workload), prefill_args=pargs, decode_args=dargs,
         prefill_workers=list(pools[0]), decode_workers=list(pools[1]),
-        order=order_for_engine(backend.value), collector=collector, records=records, events=events,
+        order=order_for_engine(engine), collector=collector, records=records, events=events,
         planner=loop, bulk=bulk,
     )
     loop.attach(rt.control)
     result = rt.run()
     rt.lifecycle.write_incomplete_records()
-    summary = build_summary(collector, handoff_order=order_for_engine(backend.value).value,
+    summary = build_summary(collector, handoff_order=order_for_engine(engine).value,
                             sla=SlaThresholds(None, None, None))
     summary["end_ms"] = result.now_ms
     runs = sum(getattr(w, "bulk_runs", 0) for w in pools[1])
