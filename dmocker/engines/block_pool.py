@@ -30,65 +30,30 @@ drains them and :func:`dmocker.engines.common.kv_events` merges neighbouring chu
 into KV events at its visibility point: a chunk is the tuple the event carries, so no hash is
 touched one by one on the way (a Mooncake replay records millions of changes).
 
-Representation (why it is shaped like this)
--------------------------------------------
-A Mooncake prompt is hundreds of blocks, and the pool used to keep one dict entry per block whose
-value was rewritten on every release and re-reference (a reference count, or an LRU stamp: a
-fresh int per block), with an eviction walk that looked every block up three times.  On such
-traces those per-block hash-table writes (each a likely cache miss) made the pool close to half
-of a vLLM replay.  But blocks move in runs: a request promotes its new blocks together, releases
-all it holds together, and is hit on a prefix.  So the pool keeps no per-block state at all:
-everything is per **run**:
+Runs (:mod:`dmocker.engines.block_runs` says why): cached blocks are kept in runs that share a
+reference count and an LRU entry, indexed by their first hash (``starts``).  ``lru`` lists the
+inactive runs, oldest first, from ``lru_head``; a run's position is its ``stamp``, an entry
+leaving (re-referenced, evicted to nothing) becomes ``None``.  Eviction takes whole runs from the
+head and cuts the tail off the last one; releasing appends the runs that reach zero references,
+last-held first, so a request's leaves still go before its roots.  ``untake`` puts evicted
+blocks back in front, one run per run they came from.
 
-* A :class:`_Run` is a **stretch of one hash chain**, in chain order (each hash follows its
-  chain predecessor; a request's generated ids are a chain of their own), whose blocks share
-  their holders (so one reference count) and, while inactive, one LRU entry; the last ones are
-  evicted first (leaves last).  Runs are made by ``promote`` (one per stretch of new blocks
-  between duplicates), split by a shared prefix and cut by eviction; they never grow or merge.
-* ``starts`` maps the **first** hash of each run to it: the only per-hash index.  A cached
-  block that does not start a run sits right after its chain predecessor in the same run, so
-  a walk along a chain from its first block never needs the others: at each position the block
-  continues the current run or starts one (one lookup) or is not cached.  Whether a list
-  follows a run for ``m`` blocks is one comparison, of the ``m``-th blocks: a hash names its
-  whole prefix (see the contract below), so equal ``m``-th blocks mean equal stretches, and
-  where they differ a binary search over single blocks finds the split.  So promoting writes
-  one dict entry per new run, evicting deletes one per run that empties (cutting a tail writes
-  none), and splitting adds one.
-* ``lru`` lists inactive runs, oldest first, from ``lru_head``; a run's position is its
-  ``stamp``, an entry leaving (re-referenced, evicted to nothing) becomes ``None``.  Eviction
-  takes whole runs from the head and cuts the tail off the last one; releasing appends the runs
-  that reach zero references, last-held first, so a request's leaves still go before its roots.
-  ``untake`` puts evicted blocks back in front, one run per run they came from.
-
-The contract this rests on: a hash names its whole prefix -- two blocks with equal hashes are
-the same block of the same prefix at the same position (prompt hashes are chained, see
-:mod:`dmocker.engines.hashing`; generated ids are per request and position) -- and every list a
-caller passes is a stretch of its chain, in chain order, walked from a
-known point.  ``match_prefix``, ``claim`` and ``acquire`` take a chain prefix (from the chain's
-first block); ``release`` takes what the caller holds, in chain order: its hit prefix, the
-blocks its promotes inserted (gaps where it had duplicates: the block after a gap started a run
-when it was promoted) and its generated ids; ``promote`` takes the chain and the range
-``[lo, hi)``.  Duplicate detection is the subtle case: a cached block in the range continues
-the run of the block before it or starts a run, and the block before the range ends its run
-when the caller holds it (it hit or promoted it, and runs never grow) -- then a lookup of each
-promoted hash in ``starts`` finds every duplicate; if the caller's block before the range was a
-duplicate (``held=False``), its cached copy may sit inside another request's run that goes on
-into the range, so the pool first walks the chain up to ``lo``.  A stretch of a released or
-re-referenced list only partly covering a run (someone shares a prefix of it) first splits it
-(:meth:`BlockPool._carve`, one new start for the rest), just before its piece is re-referenced
-or released; splitting changes the grouping, not what is cached, so results, LRU order and
-events are those of the plain per-block model (the stateful test runs both side by side, on a
-tree of chains, and checks that every run is a chain stretch).
-
-Measured on recorded call sequences of the Mooncake replay's pools (every call, replayed
-alone, ``bench/pool_calls.py``, best of 3): vLLM 4P+4D pools 0 and 4, 0.23-0.28 s against
-0.54 s for the previous layout (one dict entry per cached block: a dict insert per promoted
-block and a delete per evicted block, ~4 M per replay); SGLang block 64, pool 0, 0.26 s
-against 0.49 s.  (That layout was 0.53 s against 1.19 s for a per-block reference count and
-LRU stamp.)  A numpy variant (per-slot reference
-counts and stamps, a hash -> slot dict, vectorised release and eviction) was slower than the
-per-block dict: every call still converts its hashes object by object, and each numpy
-operation costs about a microsecond, a dozen of them per call.
+What callers pass (the runs' contract: a hash names its whole prefix, and every list is a
+stretch of its chain, in chain order, walked from a known point): ``match_prefix``, ``claim``
+and ``acquire`` take a chain prefix (from the chain's first block); ``release`` takes what the
+caller holds, in chain order: its hit prefix, the blocks its promotes inserted (gaps where it
+had duplicates: the block after a gap started a run when it was promoted) and its generated
+ids; ``promote`` takes the chain and the range ``[lo, hi)``.  Duplicate detection is the subtle
+case: a cached block in the range continues the run of the block before it or starts a run, and
+the block before the range ends its run when the caller holds it (it hit or promoted it, and
+runs never grow) -- then a lookup of each promoted hash in ``starts`` finds every duplicate; if
+the caller's block before the range was a duplicate (``held=False``), its cached copy may sit
+inside another request's run that goes on into the range, so the pool first walks the chain up
+to ``lo``.  A stretch of a released or re-referenced list only partly covering a run (someone
+shares a prefix of it) first splits it (:meth:`BlockPool._carve`, one new start for the rest),
+just before its piece is re-referenced or released; splitting changes the grouping, not what is
+cached, so results, LRU order and events are those of the plain per-block model (the stateful
+test runs both side by side, on a tree of chains, and checks that every run is a chain stretch).
 
 Every call takes the hashes of one request (or one pin), which are distinct: chained hashes
 include the block position and generated ids are a range.
@@ -99,21 +64,16 @@ from __future__ import annotations
 from itertools import repeat
 from typing import Final, Sequence, TypeAlias, cast
 
+from dmocker.engines.block_runs import ObjList, Run, common_prefix, locate, none_started, step, stretches
 from dmocker.engines.hashing import HASH_BITS
 
 __all__ = ["BlockPool", "KvChunk", "PRIVATE_HASH_BASE", "generated_block_ids", "holds_before"]
 
 # Ids of blocks holding generated tokens live above every (59-bit) content hash, so they can
 # never collide with (or be matched as) a prompt block; they produce no KV events.  Request
-# ids below 2**35 keep them under 2**60: two-digit ints, as cheap to hash as prompt hashes.
+# ids below 2**35 keep them under 2**60, ints of the same size as prompt hashes.
 PRIVATE_HASH_BASE: Final = 1 << HASH_BITS
 _IS_PROMPT = PRIVATE_HASH_BASE.__gt__  # h < PRIVATE_HASH_BASE: a prompt block's hash
-
-# Hash lists as the pool's dict lookups read them.  mypyc keeps an ``int`` below 2**62 unboxed:
-# an item read from a ``list[int]`` becomes a C integer, and using it as a dict key boxes it
-# again, an allocation per lookup.  Read through a ``list[object]`` view of the same list (a
-# cast: no copy, no conversion), the key is the int object the list holds.
-_Objs: TypeAlias = "list[object]"
 
 #: One recorded cache change: (True, hashes stored) or (False, hashes evicted), in order.
 KvChunk: TypeAlias = tuple[bool, tuple[int, ...]]
@@ -125,7 +85,7 @@ def generated_block_ids(request_id: int, first: int, stop: int) -> list[int]:
     The reference caches these under hashes of random output tokens: reachable by nobody, but
     they occupy LRU slots once released, which shapes what is evicted later.
     """
-    base = PRIVATE_HASH_BASE + (request_id << 24)  # (below 2**60: native int arithmetic)
+    base = PRIVATE_HASH_BASE + (request_id << 24)
     return [base + b for b in range(first, stop)]
 
 
@@ -138,45 +98,6 @@ def holds_before(held: list[int], chain: list[int], lo: int) -> bool:
     return not lo or (bool(held) and held[-1] == chain[lo - 1])
 
 
-class _Run:
-    """Cached blocks that share their reference count and LRU fate: a stretch of one hash chain,
-    in chain order (see the module docstring)."""
-
-    __slots__ = ("keys", "refs", "stamp")
-
-    def __init__(self, keys: list[int], refs: int, stamp: int = -1) -> None:
-        self.keys = keys  # evicted from the end
-        self.refs = refs
-        self.stamp = stamp  # absolute LRU position while inactive and listed, else -1
-
-
-def _common(a: list[int], i: int, b: list[int], p: int, n: int) -> int:
-    """Length of the common prefix of ``a[i:i+n]`` and ``b[p:p+n]``, given ``a[i] == b[p]``.
-
-    A hash names its whole prefix (module docstring), so blocks ``k`` agree exactly when
-    every block up to ``k`` does: a binary search over single blocks, O(log n) comparisons
-    and no slices."""
-    if a[i + n - 1] == b[p + n - 1]:
-        return n
-    lo, hi = 1, n - 1  # a[i + lo - 1] == b[p + lo - 1]; the common prefix is at most hi
-    while lo < hi:
-        mid = (lo + hi + 1) >> 1
-        if a[i + mid - 1] == b[p + mid - 1]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-def _none_in(objs: _Objs, starts: dict[object, _Run]) -> bool:
-    """No hash of ``objs`` starts a run: a native loop of dict lookups (``keys().isdisjoint``
-    goes through the generic sequence-containment protocol for each item)."""
-    for h in objs:
-        if h in starts:
-            return False
-    return True
-
-
 class BlockPool:
     __slots__ = ("total", "free", "starts", "num_cached", "lru", "lru_head", "lru_base", "listed",
                  "num_inactive", "record", "events", "_undo")
@@ -184,9 +105,9 @@ class BlockPool:
     def __init__(self, total: int, *, record: bool = False) -> None:
         self.total = total
         self.free = total
-        self.starts: dict[object, _Run] = {}  # first hash of each run -> the run (int keys)
+        self.starts: dict[object, Run] = {}  # first hash of each run -> the run (int keys)
         self.num_cached = 0  # cached blocks (in all runs)
-        self.lru: list[_Run | None] = []  # inactive runs, oldest first; None: left
+        self.lru: list[Run | None] = []  # inactive runs, oldest first; None: left
         self.lru_head = 0  # entries before it are None
         self.lru_base = _STAMP0  # stamp of lru[0] (lowered when untake prepends)
         self.listed = 0  # runs in the LRU list (its entries that are not None)
@@ -219,7 +140,7 @@ class BlockPool:
         """The reference count of each hash of a list the caller holds (all cached, a list it
         could :meth:`release`), in order."""
         out: list[int] = []
-        runs, lengths = self._stretches(hashes)
+        runs, lengths = stretches(self.starts, hashes)
         for run, m in zip(runs, lengths):
             out += repeat(run.refs, m)
         return out
@@ -238,7 +159,7 @@ class BlockPool:
         referenced (free to share), and how many of the resident prefix are inactive (acquiring
         them removes them from the LRU)."""
         starts = self.starts
-        objs = cast(_Objs, hashes)
+        objs = cast(ObjList, hashes)
         n = min(limit, len(hashes))
         i = 0
         active = -1
@@ -251,7 +172,7 @@ class BlockPool:
             keys = run.keys
             m = len(keys)
             if i + m > n or hashes[i + m - 1] != keys[m - 1]:  # (else all of the run matches)
-                m = _common(hashes, i, keys, 0, min(m, n - i))
+                m = common_prefix(hashes, i, keys, 0, min(m, n - i))
             if not run.refs:
                 zeros += m
                 if active < 0:
@@ -263,36 +184,14 @@ class BlockPool:
 
     # --- runs ----------------------------------------------------------------------------------
 
-    def _pieces(self, hashes: list[int]) -> list[_Run]:
+    def _pieces(self, hashes: list[int]) -> list[Run]:
         """The runs covering ``hashes`` (all cached; a list the caller holds or a cached chain
         prefix), split so that each is a stretch of the list: the list is their concatenation.
         Each stretch starts a run (the module docstring says why; a KeyError otherwise)."""
-        runs, lengths = self._stretches(hashes)
+        runs, lengths = stretches(self.starts, hashes)
         return self._carved(runs, lengths)
 
-    def _stretches(self, hashes: list[int]) -> tuple[list[_Run], list[int]]:
-        """The list (all cached) as stretches, in order: the runs and, for each, how many of
-        its first blocks the stretch covers (a KeyError when a stretch starts no run).
-
-        Two lists, not a generator of pairs: this runs for every acquire, pin and release."""
-        starts = self.starts
-        objs = cast(_Objs, hashes)
-        n = len(hashes)
-        runs: list[_Run] = []
-        lengths: list[int] = []
-        i = 0
-        while i < n:
-            run = starts[objs[i]]
-            keys = run.keys
-            m = len(keys)
-            if i + m > n or hashes[i + m - 1] != keys[m - 1]:
-                m = _common(hashes, i, keys, 0, min(m, n - i))
-            runs.append(run)
-            lengths.append(m)
-            i += m
-        return runs, lengths
-
-    def _carved(self, runs: list[_Run], lengths: list[int]) -> list[_Run]:
+    def _carved(self, runs: list[Run], lengths: list[int]) -> list[Run]:
         """``runs`` with each run the list leaves early split there (so each run is its
         stretch), in place.  Carving a run adds the start of its rest, which the list diverges
         from (or has ended at), so the list's other stretches are unaffected."""
@@ -301,18 +200,18 @@ class BlockPool:
                 runs[k] = self._carve(run, lengths[k])
         return runs
 
-    def _carve(self, run: _Run, m: int) -> _Run:
+    def _carve(self, run: Run, m: int) -> Run:
         """Split ``run`` after its first ``m`` blocks: ``run`` keeps them (and its start, so no
         dict entry changes) and is returned, unlisted (the caller re-references or releases
         it); the rest becomes a run of its own (same references, one new start) that takes
         over the LRU entry if there is one."""
         keys = run.keys
-        rest = _Run(keys[m:], run.refs, run.stamp)
+        rest = Run(keys[m:], run.refs, run.stamp)
         del keys[m:]
         if run.stamp >= 0:
             self.lru[run.stamp - self.lru_base] = rest
             run.stamp = -1
-        self.starts[cast(_Objs, rest.keys)[0]] = rest
+        self.starts[cast(ObjList, rest.keys)[0]] = rest
         return run
 
     # --- mutations -----------------------------------------------------------------------------
@@ -322,7 +221,7 @@ class BlockPool:
         if hashes:
             self._acquire(self._pieces(hashes))
 
-    def _acquire(self, pieces: list[_Run]) -> None:
+    def _acquire(self, pieces: list[Run]) -> None:
         lru, base = self.lru, self.lru_base
         for run in pieces:
             if not run.refs:
@@ -339,7 +238,7 @@ class BlockPool:
         nothing (False: nothing changed): the fit test runs before anything is touched
         (before runs are split too: an inactive run split off is no longer listed)."""
         if hashes:
-            runs, lengths = self._stretches(hashes)
+            runs, lengths = stretches(self.starts, hashes)
             if fresh > self.free:  # (free blocks cover it whatever is re-referenced)
                 reactivated = 0
                 for run, m in zip(runs, lengths):
@@ -388,7 +287,7 @@ class BlockPool:
             keys = run.keys
             L = len(keys)
             if L <= left:
-                del starts[cast(_Objs, keys)[0]]
+                del starts[cast(ObjList, keys)[0]]
                 run.keys = []
                 run.stamp = -1
                 lru[head] = None
@@ -434,13 +333,13 @@ class BlockPool:
         if n > still:
             lengths = self._undo
             assert sum(lengths) == n, "untake after another change"
-            runs: list[_Run] = []
+            runs: list[Run] = []
             end = n
             for L in reversed(lengths):  # newest evicted first
                 a = max(end - L, still)
                 keys = list(evicted[a:end])
                 keys.reverse()  # evicted from the end: oldest first
-                runs.append(_Run(keys, 0))
+                runs.append(Run(keys, 0))
                 end = a
                 if end == still:
                     break
@@ -460,7 +359,7 @@ class BlockPool:
             for j, run in enumerate(runs):
                 run.stamp = stamp + j
                 self.lru[head + j] = run
-                starts[cast(_Objs, run.keys)[0]] = run
+                starts[cast(ObjList, run.keys)[0]] = run
             self.lru_head = head
             self.listed += k
             self.num_inactive += n - still
@@ -483,31 +382,32 @@ class BlockPool:
         Returns the hashes actually inserted, in order; a hash already cached is left out (that
         block stays a private duplicate).  They form new runs, split where duplicates were.
         """
-        hs = chain[lo:] if hi is None else chain[lo:hi]  # (a new list: runs keep it; two
-        # native slices, where ``chain[lo:hi]`` with ``hi: int | None`` is a generic one)
+        # a new list (runs keep it); two branches so that each slice has int bounds, which
+        # the compiled build slices directly
+        hs = chain[lo:] if hi is None else chain[lo:hi]
         if not hs:
             return hs
         starts = self.starts
-        objs = cast(_Objs, hs)
-        if (held or not lo) and _none_in(objs, starts):
+        objs = cast(ObjList, hs)
+        if (held or not lo) and none_started(objs, starts):
             # The usual case: nothing in range starts a run and the block before ends one (or
             # is not cached), so nothing in range is cached (module docstring).
-            starts[objs[0]] = _Run(hs, 1)
+            starts[objs[0]] = Run(hs, 1)
             self.num_cached += len(hs)
             if self.record and hs[0] < PRIVATE_HASH_BASE:
                 self.events.append((True, tuple(hs)))
             return hs[:]
         # Walk the range, knowing where the block before it is cached (if so): a cached block
         # continues the run of the one before it, or starts a run.
-        run: _Run | None = None
+        run: Run | None = None
         p = 0  # run.keys[p] is the block before position i
         if lo and not held:
-            run, p = self._locate(chain, lo)
+            run, p = locate(starts, chain, lo)
         n = len(hs)
         new: list[int] = []
         i = 0
         while i < n:
-            run, p, m = self._step(hs, i, n, run, p)
+            run, p, m = step(starts, hs, i, n, run, p)
             if m:  # cached: a duplicate stretch
                 i += m
                 continue
@@ -516,37 +416,12 @@ class BlockPool:
                 j += 1
             keys = hs[i:j]
             new += keys
-            starts[objs[i]] = _Run(keys, 1)  # (it was no run's start: it was not cached)
+            starts[objs[i]] = Run(keys, 1)  # (it was no run's start: it was not cached)
             i = j
         self.num_cached += len(new)
         if new and self.record and new[0] < PRIVATE_HASH_BASE:
             self.events.append((True, tuple(new)))
         return new
-
-    def _locate(self, chain: list[int], lo: int) -> tuple[_Run | None, int]:
-        """Where ``chain[lo - 1]`` is cached: (its run, its index there), or (None, 0)."""
-        hs = chain
-        run: _Run | None = None
-        p = 0
-        i = 0
-        while i < lo:
-            run, p, m = self._step(hs, i, lo, run, p)
-            i += m or 1
-        return (run, p) if run is not None and run.keys[p] == hs[lo - 1] else (None, 0)
-
-    def _step(self, hs: list[int], i: int, n: int, run: _Run | None, p: int) -> tuple[_Run | None, int, int]:
-        """One stretch of a walk along a chain, at ``hs[i]``, given that ``hs[i - 1]`` is cached
-        at ``run.keys[p]`` (``run`` None: not cached): ``(run, p, m)`` with the stretch's
-        ``m`` blocks cached and its last at ``run.keys[p]``, or ``(None, 0, 0)`` if ``hs[i]``
-        is not cached.  A cached block continues the run of the one before it or starts one."""
-        if run is not None and p + 1 < len(run.keys) and run.keys[p + 1] == hs[i]:
-            m = _common(hs, i, run.keys, p + 1, min(len(run.keys) - p - 1, n - i))
-            return run, p + m, m
-        found = self.starts.get(cast(_Objs, hs)[i])
-        if found is None:
-            return None, 0, 0
-        m = _common(hs, i, found.keys, 0, min(len(found.keys), n - i))
-        return found, m - 1, m
 
     def release(self, hashes: list[int]) -> None:
         """Drop one reference on each hash, leaves first, so that children become older LRU
@@ -576,7 +451,7 @@ class BlockPool:
         them; called when those entries outnumber the runs, so it stays under ``2 * listed +
         64`` entries at amortised constant cost.  Stamps restart at ``_STAMP0`` (at least
         ``low``)."""
-        live: list[_Run | None] = [run for run in self.lru if run is not None]
+        live: list[Run | None] = [run for run in self.lru if run is not None]
         self.lru = live
         self.lru_head = 0
         self.lru_base = base = max(_STAMP0, low)
