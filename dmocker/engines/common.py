@@ -3,23 +3,29 @@
 from __future__ import annotations
 
 from array import array
-from collections import deque
 from itertools import chain
-from typing import Hashable, Iterable, Protocol, Sequence, TypeVar
+from typing import Iterable, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
-from dmocker.engines.block_pool import KvChunk
+from dmocker.engines.block_pool import BlockPool, KvChunk
 from dmocker.engines.interface import BatchDelta, IdArray, KvEvent, KvRemoved, KvStored, PassCompletion, ids_copy
 
 __all__ = [
-    "kv_events", "ceil_div", "remove_pending", "cut_point", "cut_completion", "blocks_freed", "BatchIds", "BatchTracker",
+    "kv_events", "ceil_div", "kv_share", "cut_point", "cut_completion", "blocks_freed", "BatchIds", "BatchTracker",
 ]
 
 
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def kv_share(pool: BlockPool, ahead: int) -> float:
+    """Share of the pool's blocks in use, less ``ahead`` blocks a bulk run in flight holds
+    beyond the per-pass simulation (a worker's ``kv_usage`` probe)."""
+    used = pool.num_active_blocks - ahead
+    return used / pool.total if pool.total else 0.0
 
 
 def kv_events(chunks: Sequence[KvChunk]) -> tuple[KvEvent, ...]:
@@ -49,28 +55,6 @@ def kv_events(chunks: Sequence[KvChunk]) -> tuple[KvEvent, ...]:
     return tuple(out)
 
 
-class _Handed(Protocol):
-    @property
-    def handoff(self) -> Hashable: ...
-
-
-_R = TypeVar("_R", bound=_Handed)
-
-
-def remove_pending(pending: deque[tuple[_R, int]], pending_ids: set[Hashable], handoff_id: Hashable) -> _R:
-    """Take a handoff's request out of the destination retry queue (``(request, generation)``
-    pairs, FIFO) and its id out of the membership set; the caller guarantees it is queued.
-
-    Both engine mocks keep this same queue for reservations waiting on capacity, so the
-    removal lives here once."""
-    for i, (p, _g) in enumerate(pending):
-        if p.handoff == handoff_id:
-            del pending[i]
-            break
-    pending_ids.discard(handoff_id)
-    return p
-
-
 def cut_point(times: npt.NDArray[np.float64], now_ms: float, started: bool) -> int:
     """How many passes of a bulk run (pass end times ``times``) the per-pass simulation has
     started by ``now_ms``: the passes ended by then plus the one in flight; at an exact pass
@@ -95,11 +79,7 @@ def cut_completion(completion: PassCompletion | None, times: npt.NDArray[np.floa
     return cut, kept, end
 
 
-class _RefCounts(Protocol):
-    def refs_of(self, hashes: list[int]) -> list[int]: ...
-
-
-def blocks_freed(pool: _RefCounts, holdings: Iterable[tuple[int, list[int]]]) -> int:
+def blocks_freed(pool: BlockPool, holdings: Iterable[tuple[int, list[int]]]) -> int:
     """Blocks that leave use when requests holding ``(blocks, cached hashes)`` complete together
     (a bulk run's finishing pass, seen by the KV-usage probe before it is applied): every block
     a request holds privately, and each cached block nobody else references."""

@@ -18,7 +18,7 @@ Definition (all arithmetic mod 2**64, ``mix`` = the SplitMix64 finaliser):
 The published hash keeps the low 59 bits of that value (:data:`HASH_BITS`).  Why: CPython stores
 ints in 30-bit digits, and a value below 2**60 is a two-digit int where a full 64-bit one needs
 three; every block of every request is looked up, inserted and compared in the block pools'
-dicts many times, and two-digit keys make that ~17 % cheaper.  Bit 59 is left clear so that
+dicts many times, and two-digit keys make each of those cheaper.  Bit 59 is left clear so that
 the ids of generated-token blocks (from ``2**59`` up, :mod:`block_pool`) can never equal a
 prompt block's hash and stay two-digit as well.
 
@@ -174,7 +174,7 @@ def block_hashes_from_trace_batch(
     trace_block_size: int,
     block_size: int,
 ) -> list[tuple[int, ...]]:
-    """``block_hashes_from_trace`` for many rows at once (same values, ~20x cheaper per row).
+    """``block_hashes_from_trace`` for many rows at once (same values, much cheaper per row).
 
     Vectorised over the concatenation of all rows: with ``C_g = cumsum(local_g * B**-g)`` over
     the global block index ``g``, a row starting at ``g0`` has ``S = B**g * (C_g - C_{g0-1})``.
@@ -205,7 +205,7 @@ def block_hashes_from_trace_batch(
     ids: list[int] = []
     for h, k in zip(hash_ids, n_ids):
         if k == len(h):
-            ids.extend(h)  # (the usual case: no slice, which is generic on a Sequence)
+            ids.extend(h)  # (the usual case: no slice)
         else:
             ids.extend(h[:k])
     used = np.fromiter(ids, dtype=np.uint64, count=len(ids))
@@ -228,7 +228,7 @@ def block_hashes_from_trace_batch(
     s ^= _len_salt(total) - np.repeat(blk_start.astype(np.uint64) * _K2, counts)
     hashed = _mix(s)
     hashed &= _HASH_MASK
-    out: list[int] = hashed.tolist()  # (typed: a native slice per row below)
+    out: list[int] = hashed.tolist()  # (a list: sliced per row below)
     result: list[tuple[int, ...]] = []
     pos = 0
     for c_ in counts_l:

@@ -1,7 +1,8 @@
 """The contract between the replay runtime and the mock engines (one worker = one simulated GPU).
 
 The runtime (``dmocker.replay.runtime``) codes against this module only; the vLLM and SGLang
-workers implement :class:`EngineWorker`.  Build workers with :func:`make_worker`.
+workers implement :class:`EngineWorker` (and :class:`WorkerProbes`).  Build workers with
+:func:`dmocker.engines.registry.make_worker`.
 
 Life of a worker, as the runtime sees it
 ----------------------------------------
@@ -38,13 +39,11 @@ generated tokens are never stored (their hashes would be random and unmatchable)
 
 Value classes
 -------------
-The values crossing this boundary are built once or more per pass, so they are shaped for the
-compiled core: ``@final`` dataclasses with ``Final`` fields and a hand-written ``__init__``.
-mypyc compiles that ``__init__`` to a C constructor (the one ``dataclass`` generates is
-interpreted Python calling a setter per field: about 17 times slower to build); ``Final`` keeps
-the fields read-only (mypy at build time, the compiled class at run time); ``dataclass`` still
-supplies ``__eq__``, ``__hash__`` and ``__repr__``.  The workload's ``Turn``, ``SessionStart``
-and ``ReadyTurn`` follow the same pattern.
+The values crossing this boundary are built once or more per pass: ``@final`` dataclasses with
+``Final`` fields (read-only) and an explicit ``__init__``, which the compiled build turns into a
+direct constructor (the generated one would stay interpreted); ``dataclass`` still supplies
+``__eq__``, ``__hash__`` and ``__repr__``.  The workload's ``Turn``, ``SessionStart`` and
+``ReadyTurn`` follow the same pattern.
 
 Block hashes
 ------------
@@ -58,11 +57,12 @@ must use the same block size, so a source hash equals the destination hash of th
 from __future__ import annotations
 
 import enum
+from abc import abstractmethod
 from array import array
 from dataclasses import dataclass
 from typing import Final, TypeAlias, Union, final
 
-from mypy_extensions import mypyc_attr
+from mypy_extensions import mypyc_attr, trait
 
 import numpy as np
 import numpy.typing as npt
@@ -89,6 +89,7 @@ __all__ = [
     "PassCompletion",
     "BatchDelta",
     "EngineWorker",
+    "WorkerProbes",
     "IdArray",
     "empty_ids",
     "ids_array",
@@ -107,9 +108,9 @@ def empty_ids() -> IdArray:
     return _EMPTY_IDS
 
 
-_NP_ARRAY: Final = np.array  # (statics: no attribute lookup on numpy per call)
+_NP_ARRAY: Final = np.array  # (looked up once, not per call)
 _FROMBUFFER: Final = np.frombuffer
-_INT64_DTYPE: Final = np.dtype(np.int64)  # (an instance: a dtype class is converted per call)
+_INT64_DTYPE: Final = np.dtype(np.int64)  # (a dtype instance: a dtype class is converted per call)
 
 
 def ids_array(ids: list[int]) -> IdArray:
@@ -120,8 +121,8 @@ def ids_array(ids: list[int]) -> IdArray:
 def ids_copy(ids: array[int]) -> IdArray:
     """A new int64 array of an ``array('q')`` of ids (one buffer copy), even when empty.
 
-    A view of a slice (the copy, which nobody else holds): about half the cost of
-    ``np.array(ids)``, which first inspects the buffer's format to choose a dtype."""
+    A view of a slice (the copy, which nobody else holds), where ``np.array(ids)`` would first
+    inspect the buffer's format to choose a dtype."""
     return _FROMBUFFER(ids[:], _INT64_DTYPE)
 
 
@@ -283,8 +284,8 @@ class PassCompletion:
     ``emitted``: request ids that produced one token each at ``end_ms`` (a prefill worker's one
     token included; it is hidden from the decode-only report but counts as a source output
     signal).  ``finished``: ids whose generation ended normally (subset of ``emitted`` except for
-    ``max_output_tokens == 0``), a tuple like ``rejected``: a handful per pass, read one by one
-    (a numpy array of them cost a microsecond to build, per pass).  ``rejected``: ids refused by the engine (never ran; terminal).
+    ``max_output_tokens == 0``), a tuple like ``rejected``: a handful per pass, read one by one.
+    ``rejected``: ids refused by the engine (never ran; terminal).
     On a prefill worker a finished id is *not* free: its KV is held until release/cancel.
     ``lifecycle``: SourceHeld (prefill finishing), DestinationReserved (end-of-pass retry).
     ``kv_events`` (workers built with ``record_kv_events``): SGLang's pass events (visible at
@@ -323,58 +324,59 @@ class PassCompletion:
 class EngineWorker:
     """One simulated GPU worker (vLLM or SGLang mock): the surface the replay runtime drives.
 
-    Why a compiled base class and not a ``Protocol``: the runtime calls these methods a dozen
-    times a request, and a call through a protocol is a generic Python-level call (method lookup,
-    argument parsing, boxing) where a call through a compiled base is one vtable call.  The base
-    allows interpreted subclasses, so a worker written in plain Python (a test double, a user's
-    engine model) derives from it too; its overrides are found through the Python type as usual.
-    Every method here must be overridden.
+    An interface: every method is abstract (mypy refuses to instantiate a class that leaves one out).
+    A base class rather than a ``typing.Protocol`` because the runtime is compiled and calls
+    these methods a dozen times a request: through a base class it calls the worker's methods
+    directly, through a protocol by a Python attribute lookup each time.  Interpreted
+    subclasses are allowed, so a worker written in plain Python (a test double, a user's
+    engine model) derives from it too.
     """
 
     args: EngineArgs
     worker_idx: int
 
     @property
+    @abstractmethod
     def busy(self) -> bool:
         """True between ``start_pass`` and ``finish_pass``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def has_work(self) -> bool:
         """Anything queued, running, held, reserved or pending (not drained)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def is_drained(self) -> bool:
         """Nothing queued, running, held, reserved or pending, and not busy."""
-        raise NotImplementedError
 
     # --- commands (source side) ---
+    @abstractmethod
     def submit_handoff_prefill(self, handoff_id: HandoffId, request: EngineRequest) -> CommandEffects:
         """SUBMITTED; raises EngineCommandError for a duplicate live request id."""
-        raise NotImplementedError
 
+    @abstractmethod
     def release_source(self, handoff_id: HandoffId) -> CommandEffects:
         """APPLIED (held or pending) or NOOP (unknown). Call only while not busy."""
-        raise NotImplementedError
 
+    @abstractmethod
     def cancel_source(self, handoff_id: HandoffId) -> CommandEffects:
         """APPLIED or NOOP. Call only while not busy."""
-        raise NotImplementedError
 
     # --- commands (destination side) ---
+    @abstractmethod
     def reserve_destination(self, handoff_id: HandoffId, request: EngineRequest) -> CommandEffects:
         """ACCEPTED (reservation happens now if idle and possible, else on a later retry);
         raises EngineCommandError if the prompt can never fit this worker's pool."""
-        raise NotImplementedError
 
+    @abstractmethod
     def activate_destination(self, handoff_id: HandoffId) -> CommandEffects:
         """APPLIED if reserved (KV committed, request queued to decode), else NOOP."""
-        raise NotImplementedError
 
+    @abstractmethod
     def cancel_destination(self, handoff_id: HandoffId) -> CommandEffects:
         """APPLIED (pending, reserved or active request dropped) or NOOP."""
-        raise NotImplementedError
 
     # --- passes ---
+    @abstractmethod
     def start_pass(self, now_ms: float, bulk: bool = False) -> PassPlan | None:
         """Compute the next pass eagerly, or None when nothing can progress now.
 
@@ -384,8 +386,8 @@ class EngineWorker:
         A run goes on until the batch itself changes (through the next completion, or
         as far as the pool surely covers): what reaches the worker from outside cuts it then.
         """
-        raise NotImplementedError
 
+    @abstractmethod
     def split_run(self, now_ms: float, started: bool) -> tuple[float, float] | None:
         """Cut a bulk run in flight where the per-pass simulation would be at ``now_ms``.
 
@@ -395,8 +397,39 @@ class EngineWorker:
         otherwise.  Returns ``(end_ms, start of the last pass)`` of what is left, or None when
         no run is in flight or nothing changed.  The completion may now be due at ``now_ms``.
         """
-        raise NotImplementedError
 
+    @abstractmethod
     def finish_pass(self) -> PassCompletion:
         """Apply the end of the running pass (must be busy) and return its deferred effects."""
-        raise NotImplementedError
+
+
+@trait
+class WorkerProbes:
+    """What the mock engines report besides the contract: the probes of the replay's time
+    series, its leak check and the planner's worker snapshots.  Optional for a worker; the
+    replay skips workers without them."""
+
+    @abstractmethod
+    def queue_depth(self) -> int:
+        """Requests queued here, not running: waiting for a pass, or accepted destinations not
+        yet reserved."""
+
+    @abstractmethod
+    def kv_usage(self, at_ms: float | None = None) -> float:
+        """Share of this worker's KV blocks in use.
+
+        ``at_ms`` (a time not before the runtime's clock, within a bulk decode run in flight):
+        the share the per-pass simulation holds then -- a run takes its passes' blocks at its
+        start, the per-pass simulation pass by pass (:meth:`run_blocks_ahead`)."""
+
+    @abstractmethod
+    def run_blocks_ahead(self, at_ms: float) -> int:
+        """KV blocks the bulk run in flight holds beyond the per-pass simulation at ``at_ms``
+        (the blocks of its passes not started by then, an exact pass end counting the next pass
+        as started); 0 without a run.  Changes nothing."""
+
+    @abstractmethod
+    def kv_in_use(self) -> tuple[int, list[int]]:
+        """(KV blocks in use, ids of the requests still registered here), for leak checks: a
+        source still held or a destination still reserved shows up in both; (0, []) once
+        drained."""

@@ -138,7 +138,7 @@ class PassTiming:
             ms.fill(polynomial_decode_ms(0, 0))
             ms /= self._decode_div
         out[0] = start_ms
-        np.add.accumulate(out, out=out)  # cumsum's loop without its Python-level dispatch
+        np.add.accumulate(out, out=out)  # cumsum's sequential sum, in place
         return out[1:]
 
     def run_ends(self, start_ms: float, batch_size: int, active0: int, passes: int) -> npt.NDArray[np.float64]:
@@ -147,10 +147,9 @@ class PassTiming:
         run): :meth:`run_end_times` of that ``arange``, the same floats.
 
         Why a scalar loop: a run is computed once per batch change, mostly over a few dozen
-        passes, where numpy's ten calls (~1 us each) outweigh the arithmetic; compiled, this
-        loop does the same IEEE operations in the same order on C doubles (the active values
-        are integers below 2**53, so float steps hold them exactly), and only long runs take
-        the vector path."""
+        passes, too few for numpy's per-call overhead to pay off; the loop does the same IEEE
+        operations in the same order (the active values are integers below 2**53, so float
+        steps hold them exactly), and only long runs take the vector path."""
         poly = batch_size > 0 and not self._fixed and self._total_kv > 0
         if passes > _SCALAR_PASSES and poly:
             return self.run_end_times(

@@ -1,7 +1,6 @@
 """The mock vLLM worker's per-request record and status, and a bulk run's block demand.
 
-Kept apart from :mod:`dmocker.engines.vllm` so that the worker's scheduler and its lockstep
-decode path (:mod:`dmocker.engines.vllm_lockstep`) share one definition.
+Shared by the worker's parts (:mod:`dmocker.engines.vllm` and the modules it composes).
 """
 
 from __future__ import annotations
@@ -9,7 +8,7 @@ from __future__ import annotations
 import enum
 from typing import Hashable
 
-from dmocker.engines.handoff_base import HandoffRequest
+from dmocker.engines.handoff_book import HandoffRequest
 from dmocker.engines.interface import EngineRequest
 
 __all__ = ["Demand", "VllmRequest", "VllmStatus", "blocks_through"]

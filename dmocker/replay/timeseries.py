@@ -264,10 +264,10 @@ def add_standard_gauges(
     ``prefill`` / ``decode`` are the runtime's worker lists (read at every sample, so workers
     added later appear as new columns); workers without the probes are skipped.
     """
-    from dmocker.engines.handoff_base import HandoffWorkerBase
+    from dmocker.engines.interface import WorkerProbes
 
     def depth(workers: Sequence[object]) -> float:
-        return float(sum(w.queue_depth() for w in workers if isinstance(w, HandoffWorkerBase)))
+        return float(sum(w.queue_depth() for w in workers if isinstance(w, WorkerProbes)))
 
     recorder.add_gauge("in_flight", lambda: (("requests", float(in_flight())),))
     recorder.add_gauge("queue_depth", lambda: (("prefill", depth(prefill)), ("decode", depth(decode))))
@@ -281,7 +281,7 @@ def add_standard_gauges(
         out: list[tuple[str, float]] = []
         for role, workers in (("prefill", prefill), ("decode", decode)):
             for i, w in enumerate(workers):
-                if isinstance(w, HandoffWorkerBase):
+                if isinstance(w, WorkerProbes):
                     out.append((f"{role}-{i}", w.kv_usage(at)))
         return out
 

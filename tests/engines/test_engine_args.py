@@ -76,6 +76,6 @@ def test_a_held_source_reports_its_args_transfer_timing(engine: str, link: dict[
     args = EngineArgs(engine=engine, worker_type=WorkerType.PREFILL, **link)  # type: ignore[arg-type]
     worker = make_worker(args)
     for prompt in (0, 1, 777, 1 << 40):
-        held = worker._source_held(("h", prompt), prompt)  # type: ignore[attr-defined]
+        held = worker._book.source_held(("h", prompt), prompt)  # type: ignore[attr-defined]
         assert held == SourceHeld(("h", prompt), args.transfer_timing(prompt))
         assert repr(held.transfer_timing) == repr(args.transfer_timing(prompt))

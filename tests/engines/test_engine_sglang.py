@@ -169,7 +169,7 @@ def test_retraction_takes_fewest_outputs() -> None:
         for rid in c.emitted.tolist():
             tokens[rid] += 1
         if d.retractions and retracted_first is None:
-            retracted_first = next(r.rid for r in d._waiting)
+            retracted_first = next(r.rid for r in d._queues.waiting)
         d.check_invariants()
     assert d.retractions >= 1
     assert retracted_first == 1  # fewest outputs
@@ -189,7 +189,7 @@ def test_requests_retracted_in_one_step_requeue_in_retraction_order() -> None:
     assert plan is not None
     c = d.finish_pass()
     assert c.emitted.tolist() == [2] and d.retractions == 2
-    assert [r.rid for r in d._waiting] == [0, 1]
+    assert [r.rid for r in d._queues.waiting] == [0, 1]
     d.check_invariants()
 
 
@@ -350,7 +350,7 @@ def _decode_tokens(d: SglangWorker, joins: list[tuple[float, EngineRequest]], bu
         finished.extend((end, rid) for rid in c.finished)
         now = end
         activate(c.lifecycle)
-        d._check_lazy()
+        d.check_lazy_batch()
 
 
 @settings(max_examples=60, deadline=None)

@@ -59,10 +59,10 @@ def test_activation_frees_duplicate_prompt_pages() -> None:
     w.activate_destination("a")
     w.check_invariants()
     assert w.pool.free == 12
-    gen = w._gen
+    gen = w._book.gen
     w.activate_destination("b")
     w.check_invariants()
-    assert w._gen == gen + 1  # freed pages: the pending reservations may be retried
+    assert w._book.gen == gen + 1  # freed pages: the pending reservations may be retried
     # b's copies went back to the pool; both requests lock the tree's two pages
     assert w.pool.free == 14
     assert w.pool.refs_of([11, 12]) == [2, 2]
