@@ -67,7 +67,8 @@ class SglangWorker(EngineWorker, WorkerProbes):
                  vectorized: bool = True) -> None:
         self.args = args
         self.worker_idx = worker_idx
-        page = args.page_tokens
+        page = args.page_tokens  # (resolved once: a missing block size is looked up in the spec)
+        total_tokens = args.num_gpu_blocks * page  # args.total_kv_tokens
         self._page = page
         self._record = record_kv_events and args.enable_prefix_caching
         self._bulk_ok = vectorized and not self._record  # bulk runs ride the lazy batch
@@ -79,8 +80,8 @@ class SglangWorker(EngineWorker, WorkerProbes):
         self._outbox = outbox = Outbox(pool, self._record)
         self._ratio = ratio = TokenRatio(args)
         self._queues = queues = SglQueues(book, pool, outbox, page, args.enable_prefix_caching)
-        self._lazy = lazy = LazyBatch(queues, pool, timing, page, args.total_kv_tokens, vectorized)
-        self._scheduler = SglScheduler(args, queues, lazy, book, pool, outbox, timing, ratio)
+        self._lazy = lazy = LazyBatch(queues, pool, timing, page, total_tokens, vectorized)
+        self._scheduler = SglScheduler(args, page, total_tokens, queues, lazy, book, pool, outbox, timing, ratio)
         self._bulk = SglBulkRuns(lazy, queues, book, pool, outbox, timing, ratio, page, args.max_num_seqs)
 
     # --- state ---------------------------------------------------------------------------------

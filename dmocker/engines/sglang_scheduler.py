@@ -55,8 +55,9 @@ class SglScheduler:
     """The reference's pass over an SGLang worker's queues (module docstring); decode-only
     passes go to the lazy batch when it can take them."""
 
-    def __init__(self, args: EngineArgs, queues: SglQueues, lazy: LazyBatch, book: HandoffBook[SglRequest],
-                 pool: BlockPool, outbox: Outbox, timing: PassTiming, ratio: TokenRatio) -> None:
+    def __init__(self, args: EngineArgs, page: int, total_tokens: int, queues: SglQueues, lazy: LazyBatch,
+                 book: HandoffBook[SglRequest], pool: BlockPool, outbox: Outbox, timing: PassTiming,
+                 ratio: TokenRatio) -> None:
         self._queues = queues
         self._lazy = lazy
         self._book = book
@@ -64,11 +65,11 @@ class SglScheduler:
         self._outbox = outbox
         self._timing = timing
         self._ratio = ratio
-        self._page = args.page_tokens
+        self._page = page  # args.page_tokens and args.total_kv_tokens, resolved once by the worker
         self._caching = args.enable_prefix_caching
         self._max_seqs = args.max_num_seqs
         self._decode_worker = args.worker_type is WorkerType.DECODE
-        self._total_tokens = args.total_kv_tokens
+        self._total_tokens = total_tokens
         self._clip = args.clip_max_new_tokens
         self._max_prefill = args.max_prefill_tokens
         self._chunk = args.chunked_prefill_size

@@ -58,7 +58,7 @@ class VllmWorker(EngineWorker, WorkerProbes):
                  lockstep: bool = True) -> None:
         self.args = args
         self.worker_idx = worker_idx
-        bs = args.page_tokens
+        bs = args.page_tokens  # (resolved once: a missing block size is looked up in the spec)
         self._bs = bs
         self._max_seqs = args.max_num_seqs
         self._record = record_kv_events and args.enable_prefix_caching
@@ -72,9 +72,9 @@ class VllmWorker(EngineWorker, WorkerProbes):
         self._book = book
         self._outbox = outbox = Outbox(pool, self._record)
         self._queues = queues = VllmQueues(book, pool, outbox, bs, args.enable_prefix_caching)
-        self._exact = exact = ExactScheduler(args, queues, book, pool, outbox, timing)
-        self._lock = lock = LockstepBatch(args, queues, exact, book, pool, outbox, timing, lockstep)
-        self._bulk = BulkRuns(args, lock, queues, pool, outbox, timing)
+        self._exact = exact = ExactScheduler(args, bs, queues, book, pool, outbox, timing)
+        self._lock = lock = LockstepBatch(args, bs, queues, exact, book, pool, outbox, timing, lockstep)
+        self._bulk = BulkRuns(args, bs, lock, queues, pool, outbox, timing)
 
     # --- state ---------------------------------------------------------------------------------
 

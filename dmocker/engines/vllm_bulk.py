@@ -31,14 +31,14 @@ __all__ = ["BulkRuns"]
 class BulkRuns:
     """Bulk decode runs of a vLLM worker's lockstep batch (module docstring)."""
 
-    def __init__(self, args: EngineArgs, lock: LockstepBatch, queues: VllmQueues, pool: BlockPool, outbox: Outbox,
-                 timing: PassTiming) -> None:
+    def __init__(self, args: EngineArgs, block_size: int, lock: LockstepBatch, queues: VllmQueues, pool: BlockPool,
+                 outbox: Outbox, timing: PassTiming) -> None:
         self._lock = lock
         self._queues = queues
         self._pool = pool
         self._outbox = outbox
         self._timing = timing
-        self._bs = args.page_tokens
+        self._bs = block_size
         self._mml = args.max_model_len
         self._max_seqs = args.max_num_seqs
         self._mbt = args.max_num_batched_tokens

@@ -36,8 +36,9 @@ class LockstepBatch:
     """The implicit decode batch of a vLLM worker (module docstring).  ``k`` counts the passes
     the worker has started (the exact scheduler's too: offsets are relative to it)."""
 
-    def __init__(self, args: EngineArgs, queues: VllmQueues, exact: ExactScheduler, book: HandoffBook[VllmRequest],
-                 pool: BlockPool, outbox: Outbox, timing: PassTiming, allowed: bool) -> None:
+    def __init__(self, args: EngineArgs, block_size: int, queues: VllmQueues, exact: ExactScheduler,
+                 book: HandoffBook[VllmRequest], pool: BlockPool, outbox: Outbox, timing: PassTiming,
+                 allowed: bool) -> None:
         self._queues = queues
         self._exact = exact
         self._book = book
@@ -45,7 +46,7 @@ class LockstepBatch:
         self._outbox = outbox
         self._timing = timing
         self._allowed = allowed  # False: always the exact scheduler (tests)
-        self._bs = args.page_tokens
+        self._bs = block_size
         self._mml = args.max_model_len
         self._max_seqs = args.max_num_seqs
         self._mbt = args.max_num_batched_tokens

@@ -81,14 +81,14 @@ def begin_pass(outbox: Outbox, now_ms: float, end: float, admissions: list[Admis
 class ExactScheduler:
     """The reference's scheduler over explicit per-request state (module docstring)."""
 
-    def __init__(self, args: EngineArgs, queues: VllmQueues, book: HandoffBook[VllmRequest], pool: BlockPool,
-                 outbox: Outbox, timing: PassTiming) -> None:
+    def __init__(self, args: EngineArgs, block_size: int, queues: VllmQueues, book: HandoffBook[VllmRequest],
+                 pool: BlockPool, outbox: Outbox, timing: PassTiming) -> None:
         self._queues = queues
         self._book = book
         self._pool = pool
         self._outbox = outbox
         self._timing = timing
-        self._bs = args.page_tokens
+        self._bs = block_size  # args.page_tokens, resolved once by the worker
         self._caching = args.enable_prefix_caching
         self._chunked = args.enable_chunked_prefill
         self._mml = args.max_model_len
