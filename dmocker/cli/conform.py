@@ -20,7 +20,7 @@ from dmocker.conformance.events import LogError
 from dmocker.conformance.report import dumps, render_junit, render_text, to_json
 from dmocker.conformance.stream import LogFormat, check_lines
 from dmocker.conformance.validator import Validator
-from dmocker.handoff import HandoffOrder, order_for_engine
+from dmocker.handoff import HandoffOrder, load_spec, order_for_engine
 from .io import VerbRegistry
 
 
@@ -38,7 +38,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("log", nargs="?", metavar="LOG", help="JSONL event log ('-' for stdin)")
     parser.add_argument("--order", choices=[o.value for o in HandoffOrder],
                         help="handoff order of every handoff (default: from each handoff's engine field)")
-    parser.add_argument("--engine", help="engine of every handoff (vllm, trtllm, sglang): sets the order")
+    engines = load_spec().engines
+    parser.add_argument("--engine", help=f"engine of every handoff ({', '.join(e.name for e in engines)}): sets the order")
     parser.add_argument("--format", dest="fmt", choices=[f.value for f in LogFormat], default=LogFormat.NATIVE.value,
                         help="native event log (default) or the reference's per-request records")
     parser.add_argument("--json", dest="json_path", metavar="PATH", help="write the JSON report here")
@@ -48,7 +49,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-listed", type=int, default=100, metavar="N",
                         help="list at most N violations and N unfinished handoffs in full (default 100)")
     parser.add_argument("--quiet", action="store_true", help="print only the verdict line")
-    parser.add_argument("--fixture", choices=["vllm", "sglang"],
+    parser.add_argument("--fixture", choices=[e.name for e in engines if e.default_block_size is not None],
                         help="run the one-request conformance fixture of this engine instead of reading a log")
     parser.set_defaults(func=run)
 

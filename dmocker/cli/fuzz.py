@@ -17,11 +17,13 @@ import argparse
 import sys
 
 from dmocker.cli.io import int_at_least
+from dmocker.engines.registry import engine_names
 from .io import VerbRegistry
 
 __all__ = ["add_parser", "run", "replay_scenario"]
 
-_ENGINES = {"vllm": ("vllm",), "sglang": ("sglang",), "both": ("vllm", "sglang")}
+# each mock engine alone, or all of them ("both", as there are two)
+_ENGINES = {**{name: (name,) for name in engine_names()}, "both": engine_names()}
 
 
 _positive = int_at_least(1)

@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from dmocker.check.target import TargetError, load_target, target_from_factory
-from dmocker.handoff import HandoffCoordinator, HandoffOrder, IssuedAction
+from dmocker.engines.registry import engine_names
+from dmocker.handoff import HandoffCoordinator, HandoffOrder, IssuedAction, order_for_engine
 from dmocker.replay import run as replay_run
 from dmocker.replay.config import (
     ClusterConfig,
@@ -78,7 +79,7 @@ class Scenario:
 
     @property
     def order(self) -> HandoffOrder:
-        return HandoffOrder.SOURCE_FIRST if self.engine == "vllm" else HandoffOrder.DESTINATION_FIRST
+        return order_for_engine(self.engine)
 
     def fault_plan(self) -> FaultPlan:
         return FaultPlan(schedule=self.faults, crashes=self.crashes, restart_s=self.restart_s)
@@ -179,8 +180,8 @@ def scenario_from_json(data: object, where: str = "scenario") -> Scenario:
     if data.get("format") != FORMAT:
         raise ScenarioError(f"{where}: field 'format' must be {FORMAT!r}, got {data.get('format')!r}")
     engine = data.get("engine")
-    if engine not in ("vllm", "sglang"):
-        raise ScenarioError(f"{where}: field 'engine' must be 'vllm' or 'sglang', got {engine!r}")
+    if engine not in engine_names():
+        raise ScenarioError(f"{where}: field 'engine' must be one of {', '.join(map(repr, engine_names()))}, got {engine!r}")
     if data.get("block_size", TRACE_BLOCK) != TRACE_BLOCK:
         raise ScenarioError(f"{where}: field 'block_size' must be {TRACE_BLOCK}")
     reqs_raw = data.get("requests")

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis import strategies as st
 from hypothesis.errors import NoSuchExample
 
+from dmocker.engines.registry import engine_names
 from dmocker.replay.coordinators import ForeignFactory
 from dmocker.replay.faults import FaultKind, Pool, ScheduledFault, WorkerCrash
 
@@ -28,9 +29,9 @@ _HORIZON_MS = 150
 
 
 @st.composite
-def scenarios(draw: st.DrawFn, engines: Sequence[str] = ("vllm", "sglang")) -> Scenario:
+def scenarios(draw: st.DrawFn, engines: Sequence[str] | None = None) -> Scenario:
     """Small cluster scenarios: 1-6 requests, 1-2 workers per pool, exact faults and crashes."""
-    engine = draw(st.sampled_from(list(engines)))
+    engine = draw(st.sampled_from(list(engines if engines is not None else engine_names())))
     n_p = draw(st.integers(1, 2))
     n_d = draw(st.integers(1, 2))
     n = draw(st.integers(1, 6))
@@ -80,7 +81,7 @@ class SearchResult:
 def search(
     factory: ForeignFactory,
     *,
-    engines: Sequence[str] = ("vllm", "sglang"),
+    engines: Sequence[str] | None = None,
     max_examples: int = 200,
     seed: int = 0,
 ) -> SearchResult:

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeAlias
 
 from dmocker.engines.engine_args import DecodeKvAccounting
-from dmocker.engines.registry import engine_spec
-from dmocker.handoff import TransferTimingMode
+from dmocker.engines.registry import engine_names, engine_spec
+from dmocker.handoff import TransferTimingMode, load_spec
 
 from .config_schema import Bound, Check, PythonObject, Schema
 from .faults import FaultPlan, ScheduledFault, WorkerCrash, parse_worker_crash
@@ -50,7 +50,8 @@ DEFAULT_SYNTHETIC = SyntheticSpec(requests=300, rate=15.0, isl_mean=2000, osl_me
 
 @dataclass(frozen=True)
 class ClusterConfig:
-    """The engine both pools run (``vllm`` or ``sglang``) and the size of each pool."""
+    """The engine both pools run (a mock engine of :mod:`dmocker.engines.registry`) and the size
+    of each pool."""
 
     engine: str = "vllm"
     prefill_workers: int = 2
@@ -61,7 +62,7 @@ class ClusterConfig:
 class PoolConfig:
     """One pool's engine arguments (names and defaults of the reference's ``MockEngineArgs``;
     :class:`~dmocker.engines.interface.EngineArgs` documents each).  ``block_size`` None: the
-    engine's default (vLLM 64, SGLang 1).  The KV link's settings are in ``transfer``."""
+    engine's default (the spec's ``engines`` table).  The KV link's settings are in ``transfer``."""
 
     block_size: int | None = None
     num_gpu_blocks: int = 16384
@@ -200,14 +201,15 @@ class OutputsConfig:
 
 def _known_engine(value: object) -> str | None:
     text = str(value).strip().lower()
-    if text in ("trtllm", "trt-llm", "trt_llm"):
-        # The reference rejects it too: its mock has no destination-side handoff.
-        return "engine 'trtllm' is not supported by the disaggregated replay (TRT-LLM has no " \
-               "destination handoff): use 'vllm' or 'sglang'"
     try:
         engine_spec(text)
     except ValueError as exc:
-        return str(exc)
+        try:  # an engine the spec knows (its handoff order) that dmocker does not mock
+            load_spec().engine(text)
+        except ValueError:
+            return str(exc)
+        return f"engine {text!r} is not supported by the disaggregated replay (the spec knows its handoff " \
+               f"order, but dmocker has no mock of it): use {' or '.join(map(repr, engine_names()))}"
     return None
 
 
