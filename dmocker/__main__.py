@@ -1,3 +1,3 @@
-from dmocker.cli.main import main
+from dmocker.cli.main import entry
 
-raise SystemExit(main())
+entry()

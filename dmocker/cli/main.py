@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from types import ModuleType
-from typing import Final, Mapping, Sequence
+from typing import Final, Mapping, NoReturn, Sequence
 
 from dmocker.handoff import SpecError
 
@@ -32,6 +33,12 @@ VERBS: Final[Mapping[str, str]] = {
     "diagram": "diagram",
     "fuzz": "fuzz",
 }
+
+
+#: Verbs whose process skips the interpreter's teardown once they have returned: they register
+#: no exit handlers and have written and closed their outputs, and freeing a replay's heap object
+#: by object only delays the exit (mypy exits the same way: ``hard_exit`` in mypy/util.py).
+HARD_EXIT_VERBS: Final = frozenset({"replay"})
 
 
 class VerbImportError(Exception):
@@ -75,11 +82,15 @@ def _verb_module(name: str) -> ModuleType:
         ) from exc
 
 
+def _verb_of(words: Sequence[str]) -> str | None:
+    """The verb that runs, when the command line says it up front (plain ``dmocker`` runs the
+    default one); None otherwise."""
+    return DEFAULT_VERB if not words else words[0] if words[0] in VERBS else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
-    # The verb that runs, when the command line says it up front (plain ``dmocker`` runs the
-    # default one); None builds the full parser.
-    verb = DEFAULT_VERB if not words else words[0] if words[0] in VERBS else None
+    verb = _verb_of(words)  # None builds the full parser
     try:
         parser = build_parser(verb)
     except VerbImportError as exc:
@@ -106,5 +117,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     return int(code)
 
 
+def entry() -> NoReturn:
+    """The ``dmocker`` command (and ``python -m dmocker``): :func:`main`, then the exit."""
+    code = main()
+    if _verb_of(sys.argv[1:]) in HARD_EXIT_VERBS:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except (BrokenPipeError, ValueError):  # a reader went away, or stderr was closed for it
+            pass
+        os._exit(code)
+    raise SystemExit(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    entry()

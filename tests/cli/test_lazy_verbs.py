@@ -16,15 +16,18 @@ import pytest
 
 from dmocker.cli import main as cli_main
 
-#: Run ``python -m dmocker ARGS`` and write the names in sys.modules at exit to MODULES_FILE.
+#: Run the ``dmocker`` command's main with ARGS, then write the names in sys.modules to
+#: MODULES_FILE (a replay's process exits without the interpreter's teardown, so no exit hook).
 RUNNER = """
-import atexit, json, runpy, sys
+import json, sys
 out, sys.argv = sys.argv[1], ["dmocker", *sys.argv[2:]]
-def dump():
+from dmocker.cli.main import main
+try:
+    code = main()  # (--help exits from inside)
+finally:
     with open(out, "w", encoding="utf-8") as fh:
         json.dump(sorted(sys.modules), fh)
-atexit.register(dump)
-runpy.run_module("dmocker", run_name="__main__", alter_sys=True)
+sys.exit(code)
 """
 
 NOT_FOR_A_REPLAY = (
