@@ -35,6 +35,7 @@ COMPILED = [
     "dmocker/engines/block_runs.py",
     "dmocker/engines/common.py",
     "dmocker/engines/handoff_book.py",
+    "dmocker/engines/handoff_commands.py",
     "dmocker/engines/hashing.py",
     "dmocker/engines/interface.py",
     "dmocker/engines/outbox.py",

@@ -7,6 +7,8 @@ reservations, reserved when the head fits (tried once per capacity generation), 
 canceled.  :class:`HandoffBook` keeps those registries and rules once, so the two mocks cannot
 drift apart on them.  It never calls back into its worker: the worker calls it, and does what
 is engine-specific itself (freeing KV, queueing an activated request, recording a reservation).
+:class:`HandoffRequest` holds what both engines' request records share, and
+:func:`free_blocks` how any of them gives its KV back.
 """
 
 from __future__ import annotations
@@ -16,32 +18,43 @@ from collections import deque
 from typing import Generic, Hashable, TypeVar
 
 from dmocker.handoff import SourceHeld, TransferTiming
-from dmocker.engines.block_pool import BlockPool
+from dmocker.engines.block_pool import BlockPool, generated_block_ids
 from dmocker.engines.common import ceil_div
-from dmocker.engines.interface import CommandEffects, CommandResult, EngineCommandError, EngineRequest
+from dmocker.engines.interface import EngineCommandError, EngineRequest
 
-__all__ = ["HandoffRequest", "HandoffBook", "NOOP", "SUBMITTED", "APPLIED"]
-
-# shared immutable results (frozen values): most commands return one of these
-NOOP = CommandEffects(CommandResult.NOOP)
-SUBMITTED = CommandEffects(CommandResult.SUBMITTED)
-APPLIED = CommandEffects(CommandResult.APPLIED)
+__all__ = ["HandoffRequest", "HandoffBook", "free_blocks"]
 
 
 class HandoffRequest:
-    """The fields the book reads and writes on an engine's request objects: the base of both
-    engines' request classes, which set them in their ``__init__``."""
+    """What both engines' request records hold: the fields the book reads and writes, and the
+    output limit.  The base of both engines' request classes, which add their own progress."""
 
-    __slots__ = ("rid", "handoff", "prompt", "hashes", "cached", "status", "source", "dest")
+    __slots__ = ("rid", "handoff", "prompt", "maxout", "hashes", "cached", "status", "source", "dest")
 
-    rid: int
-    handoff: Hashable
-    prompt: int
-    hashes: list[int]  # the prompt's full-block hashes (a list: the block pool indexes it)
-    cached: list[int]  # cached block hashes held by reference, in block order
-    status: enum.Enum  # the engine's own status enum
-    source: bool  # a registered handoff source (prefill side)
-    dest: bool  # an activated handoff destination (decode side)
+    def __init__(self, req: EngineRequest, maxout: int, handoff: Hashable, status: enum.Enum) -> None:
+        self.rid = req.request_id
+        self.handoff = handoff
+        self.prompt = req.input_length
+        self.maxout = maxout  # tokens to generate (1 for a handoff source's prefill)
+        self.hashes: list[int] = list(req.block_hashes)  # full prompt blocks (a list: the pool indexes it)
+        self.cached: list[int] = []  # cached block hashes held by reference, in block order
+        self.status = status  # the engine's own status enum
+        self.source = False  # a registered handoff source (prefill side)
+        self.dest = False  # an activated handoff destination (decode side)
+
+
+def free_blocks(pool: BlockPool, r: HandoffRequest, held: int, generated_stop: int) -> None:
+    """``r`` gives back the ``held`` blocks it holds (its cached references and its private
+    blocks).  First its full blocks of generated tokens below block ``generated_stop`` enter the
+    cache, under ids no prompt matches: they were held until now, so caching them here leaves
+    the cache as caching them as they filled would have (0: none are cached)."""
+    first = len(r.hashes)
+    if generated_stop > first:
+        r.cached.extend(pool.promote(generated_block_ids(r.rid, first, generated_stop)))
+    if r.cached:
+        pool.release(r.cached)
+    pool.give_back(held - len(r.cached))
+    r.cached = []
 
 
 R = TypeVar("R", bound=HandoffRequest)

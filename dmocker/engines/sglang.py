@@ -15,8 +15,9 @@ the capacity generation so the pending reservation is retried (``ai-dynamo/aisim
 A worker is composed of parts with one job each; it owns them and is the only one that calls
 across them (the parts below it call down, never back up):
 
-* :class:`~dmocker.engines.handoff_book.HandoffBook` -- the handoff registries and the
-  destination retry (shared with vLLM);
+* :class:`~dmocker.engines.handoff_commands.HandoffCommands` -- the handoff commands, on the
+  :class:`~dmocker.engines.handoff_book.HandoffBook` (the handoff registries) and the SGLang
+  queues through :class:`SglHandoffSide` (both shared with vLLM but the side);
 * :class:`~dmocker.engines.sglang_queues.SglQueues` -- the waiting, activated and running
   requests, and their pages in the radix cache;
 * :class:`~dmocker.engines.sglang_scheduler.SglScheduler` -- one pass: promotion, the extend
@@ -32,18 +33,16 @@ from __future__ import annotations
 
 from typing import Hashable
 
-from dmocker.handoff import DestinationReserved
 from dmocker.engines.block_pool import BlockPool
-from dmocker.engines.common import ceil_div, kv_share
+from dmocker.engines.common import kv_share
 from dmocker.engines.engine_spec import EngineSpec
-from dmocker.engines.handoff_book import APPLIED, NOOP, SUBMITTED, HandoffBook
+from dmocker.engines.handoff_book import HandoffBook
+from dmocker.engines.handoff_commands import HandoffCommands, HandoffSide
 from dmocker.engines.interface import (
     CommandEffects,
-    CommandResult,
     EngineArgs,
     EngineRequest,
     EngineWorker,
-    LifecycleEvent,
     PassCompletion,
     PassPlan,
     WorkerProbes,
@@ -56,7 +55,44 @@ from dmocker.engines.sglang_request import SglRequest, SglStatus, TokenRatio
 from dmocker.engines.sglang_scheduler import SglScheduler
 from dmocker.engines.timing import PassTiming
 
-__all__ = ["ENGINE", "SglangWorker"]
+__all__ = ["ENGINE", "SglHandoffSide", "SglangWorker"]
+
+
+class SglHandoffSide(HandoffSide[SglRequest]):
+    """What the handoff commands do to an SGLang worker's queues."""
+
+    def __init__(self, queues: SglQueues, lazy: LazyBatch) -> None:
+        self._queues = queues
+        self._lazy = lazy
+
+    def new_request(self, request: EngineRequest, maxout: int, handoff: Hashable, destination: bool) -> SglRequest:
+        return SglRequest(request, maxout, handoff, SglStatus.REMOTE_PENDING if destination else SglStatus.WAITING)
+
+    def enqueue(self, r: SglRequest) -> None:
+        self._queues.waiting.append(r)
+
+    def is_held(self, r: SglRequest) -> bool:
+        return r.status is SglStatus.HELD
+
+    def release_held(self, r: SglRequest) -> None:
+        self._queues.publish(r, r.seq)  # the finished request's pages enter the radix tree now
+        self._queues.free_kv(r)
+
+    def free_reserved(self, r: SglRequest) -> None:
+        self._queues.free_kv(r)
+
+    def remove(self, r: SglRequest) -> None:
+        self._lazy.sync()  # the queues work on written-back requests
+        self._queues.drop(r)
+
+    def may_reserve(self) -> bool:
+        return True  # whenever the pages fit
+
+    def mark_reserved(self, head: SglRequest, n_blocks: int) -> None:
+        self._queues.mark_reserved(head, n_blocks)
+
+    def activate(self, r: SglRequest) -> None:
+        self._queues.materialize_destination(r)
 
 
 class SglangWorker(EngineWorker, WorkerProbes):
@@ -83,6 +119,7 @@ class SglangWorker(EngineWorker, WorkerProbes):
         self._lazy = lazy = LazyBatch(queues, pool, timing, page, total_tokens, vectorized)
         self._scheduler = SglScheduler(args, page, total_tokens, queues, lazy, book, pool, outbox, timing, ratio)
         self._bulk = SglBulkRuns(lazy, queues, book, pool, outbox, timing, ratio, page, args.max_num_seqs)
+        self._commands = HandoffCommands(book, outbox, SglHandoffSide(queues, lazy))
 
     # --- state ---------------------------------------------------------------------------------
 
@@ -151,89 +188,26 @@ class SglangWorker(EngineWorker, WorkerProbes):
     # --- commands ------------------------------------------------------------------------------
 
     def submit_handoff_prefill(self, handoff_id: Hashable, request: EngineRequest) -> CommandEffects:
-        self._book.check_source(handoff_id, request)
-        r = SglRequest(request, min(request.max_output_tokens, 1), handoff_id, SglStatus.WAITING)
-        self._book.add_source(handoff_id, r)
-        self._queues.waiting.append(r)
-        return SUBMITTED
+        return self._commands.submit_handoff_prefill(handoff_id, request)
 
     def submit(self, request: EngineRequest) -> CommandEffects:
         """Plain (non-handoff) request: aggregated use and tests."""
-        self._book.check_new(request)
-        r = SglRequest(request, request.max_output_tokens, None, SglStatus.WAITING)
-        self._book.add(r)
-        self._queues.waiting.append(r)
-        return SUBMITTED
+        return self._commands.submit(request)
 
     def release_source(self, handoff_id: Hashable) -> CommandEffects:
-        return self._end_source(handoff_id, cancel=False)
+        return self._commands.release_source(handoff_id)
 
     def cancel_source(self, handoff_id: Hashable) -> CommandEffects:
-        return self._end_source(handoff_id, cancel=True)
-
-    def _end_source(self, handoff_id: Hashable, *, cancel: bool) -> CommandEffects:
-        r = self._book.pop_source(handoff_id)
-        if r is None:
-            return NOOP
-        if r.status is SglStatus.HELD:
-            self._queues.publish(r, r.seq)  # the finished request's pages enter the radix tree now
-            self._queues.free_kv(r)
-            self._book.retire(r)
-        elif cancel:
-            self._remove(r)
-        # a release of a pending source: the prefill releases itself when it finishes
-        return self._applied()
+        return self._commands.cancel_source(handoff_id)
 
     def reserve_destination(self, handoff_id: Hashable, request: EngineRequest) -> CommandEffects:
-        self._book.check_destination(handoff_id, request)
-        r = SglRequest(request, request.max_output_tokens, handoff_id, SglStatus.REMOTE_PENDING)
-        self._book.add_pending(handoff_id, r)
-        lifecycle = self._retry() if not self._outbox.busy else ()
-        return CommandEffects(CommandResult.ACCEPTED, lifecycle, self._outbox.drain_kv())
+        return self._commands.reserve_destination(handoff_id, request)
 
     def activate_destination(self, handoff_id: Hashable) -> CommandEffects:
-        r = self._book.activate(handoff_id)
-        if r is None:
-            return NOOP
-        self._queues.materialize_destination(r)
-        return self._applied()
+        return self._commands.activate_destination(handoff_id)
 
     def cancel_destination(self, handoff_id: Hashable) -> CommandEffects:
-        book = self._book
-        if book.take_pending(handoff_id) is None:
-            r = book.pop_reserved(handoff_id)
-            if r is not None:
-                self._queues.free_kv(r)
-                book.retire(r)
-            else:
-                r = book.pop_active(handoff_id)
-                if r is None:
-                    return NOOP
-                self._remove(r)
-        return self._applied()
-
-    def _remove(self, r: SglRequest) -> None:
-        """Take ``r`` out wherever it is (between passes), freeing its pages."""
-        self._lazy.sync()  # the queues work on written-back requests
-        self._queues.drop(r)
-
-    def _applied(self) -> CommandEffects:
-        lifecycle: tuple[LifecycleEvent, ...] = ()
-        if not self._outbox.busy and self._book.pending:
-            lifecycle = self._retry()
-        events = self._outbox.drain_kv()
-        if not lifecycle and not events:
-            return APPLIED
-        return CommandEffects(CommandResult.APPLIED, lifecycle, events)
-
-    def _retry(self) -> tuple[LifecycleEvent, ...]:
-        """The destination retry: reserve the pending head if its pages fit now."""
-        head = self._book.reserve_head(True)
-        if head is None:
-            return ()
-        n_pages = ceil_div(head.prompt, self._page)
-        self._queues.mark_reserved(head, n_pages)
-        return (DestinationReserved(head.handoff, (n_pages - len(head.cached)) * self._page),)
+        return self._commands.cancel_destination(handoff_id)
 
     # --- passes --------------------------------------------------------------------------------
 
@@ -258,9 +232,7 @@ class SglangWorker(EngineWorker, WorkerProbes):
         if not outbox.busy:
             raise RuntimeError(f"worker {self.worker_idx} has no pass in flight")
         self._bulk.finish()
-        c = outbox.finish()
-        retry = self._retry() if self._book.pending else ()
-        return outbox.deliver(c, retry)
+        return self._commands.deliver(outbox.finish())
 
     # --- introspection for tests ---------------------------------------------------------------
 

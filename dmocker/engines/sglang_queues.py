@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from dmocker.engines.block_pool import BlockPool, generated_block_ids, holds_before
-from dmocker.engines.handoff_book import HandoffBook
+from dmocker.engines.block_pool import BlockPool, holds_before
+from dmocker.engines.handoff_book import HandoffBook, free_blocks
 from dmocker.engines.outbox import Outbox
 from dmocker.engines.sglang_request import SglRequest, SglStatus
 
@@ -98,18 +98,10 @@ class SglQueues:
         r.cached.extend(pages)
 
     def free_kv(self, r: SglRequest, *, cache_generated: bool = True) -> None:
-        if cache_generated and self.caching:
-            # a finished request's full pages of generated tokens enter the radix tree too
-            # (under unreachable ids): they were locked until now, so inserting them here is
-            # equivalent to inserting them as they filled
-            first = len(r.hashes)
-            stop = r.materialized // self.page
-            if stop > first:
-                r.cached.extend(self.pool.promote(generated_block_ids(r.rid, first, stop)))
-        if r.cached:
-            self.pool.release(r.cached)
-        self.pool.give_back(r.npages - len(r.cached))
-        r.cached = []
+        # a finished request's full pages of generated tokens enter the radix tree too; a
+        # retracted or removed one's do not
+        cache_stop = r.materialized // self.page if cache_generated and self.caching else 0
+        free_blocks(self.pool, r, r.npages, cache_stop)
         r.npages = 0
         r.pub = 0
 

@@ -25,23 +25,15 @@ class SglStatus(enum.Enum):
 
 
 class SglRequest(HandoffRequest):
-    __slots__ = ("maxout", "seq", "materialized", "npages", "cached_tokens", "pub", "off")
+    __slots__ = ("seq", "materialized", "npages", "cached_tokens", "pub", "off")
 
     def __init__(self, req: EngineRequest, maxout: int, handoff: Hashable, status: SglStatus) -> None:
-        self.rid = req.request_id
-        self.handoff = handoff
-        self.prompt = req.input_length
-        self.maxout = maxout
-        self.hashes = list(req.block_hashes)
+        super().__init__(req, maxout, handoff, status)
         self.seq = req.input_length  # prompt + output tokens
         self.materialized = 0  # tokens whose KV exists
         self.npages = 0  # pages held (locked radix pages + private pages)
-        self.cached = []  # page hashes locked by this request, in order
         self.cached_tokens = 0  # radix prefix hit of the first chunk
         self.pub = 0  # leading prompt pages already in the radix tree (or known duplicates)
-        self.status = status
-        self.source = False
-        self.dest = False
         # event-driven decode: seq = off + the worker's pass counter while its batch is lazy
         self.off = 0
 

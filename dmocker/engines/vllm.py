@@ -3,8 +3,9 @@
 A worker is composed of parts with one job each; it owns them and is the only one that calls
 across them (the parts below it call down, never back up):
 
-* :class:`~dmocker.engines.handoff_book.HandoffBook` -- the handoff registries and the
-  destination retry (shared with SGLang);
+* :class:`~dmocker.engines.handoff_commands.HandoffCommands` -- the handoff commands, on the
+  :class:`~dmocker.engines.handoff_book.HandoffBook` (the handoff registries) and the vLLM queues
+  through :class:`VllmHandoffSide` (both shared with SGLang but the side);
 * :class:`~dmocker.engines.vllm_queues.VllmQueues` -- the waiting queue and the running batch,
   and the KV each request holds;
 * :class:`~dmocker.engines.vllm_scheduler.ExactScheduler` -- the reference's scheduler, request
@@ -21,19 +22,17 @@ from __future__ import annotations
 
 from typing import Hashable
 
-from dmocker.handoff import DestinationReserved
 from dmocker.engines.block_pool import BlockPool
 from dmocker.engines.common import ceil_div, kv_share
 from dmocker.engines.engine_spec import EngineSpec
-from dmocker.engines.handoff_book import APPLIED, NOOP, SUBMITTED, HandoffBook
+from dmocker.engines.handoff_book import HandoffBook
+from dmocker.engines.handoff_commands import HandoffCommands, HandoffSide
 from dmocker.engines.interface import (
     CommandEffects,
-    CommandResult,
     DecodeKvAccounting,
     EngineArgs,
     EngineRequest,
     EngineWorker,
-    LifecycleEvent,
     PassCompletion,
     PassPlan,
     WorkerProbes,
@@ -47,7 +46,47 @@ from dmocker.engines.vllm_queues import VllmQueues
 from dmocker.engines.vllm_request import VllmRequest, VllmStatus
 from dmocker.engines.vllm_scheduler import ExactScheduler
 
-__all__ = ["ENGINE", "VllmWorker"]
+__all__ = ["ENGINE", "VllmHandoffSide", "VllmWorker"]
+
+
+class VllmHandoffSide(HandoffSide[VllmRequest]):
+    """What the handoff commands do to a vLLM worker's queues."""
+
+    def __init__(self, args: EngineArgs, queues: VllmQueues, lock: LockstepBatch) -> None:
+        self._queues = queues
+        self._lock = lock
+        self._mml = args.max_model_len
+        self._max_seqs = args.max_num_seqs
+
+    def new_request(self, request: EngineRequest, maxout: int, handoff: Hashable, destination: bool) -> VllmRequest:
+        status = VllmStatus.REMOTE_PENDING if destination else VllmStatus.WAITING
+        return VllmRequest(request, maxout, handoff, status, self._mml)
+
+    def enqueue(self, r: VllmRequest) -> None:
+        self._queues.waiting.append(r)
+
+    def is_held(self, r: VllmRequest) -> bool:
+        return r.status is VllmStatus.HELD
+
+    def release_held(self, r: VllmRequest) -> None:
+        self._queues.free_kv(r)
+
+    def free_reserved(self, r: VllmRequest) -> None:
+        self._queues.free_kv(r)
+
+    def remove(self, r: VllmRequest) -> None:
+        if r.status is VllmStatus.RUNNING and self._lock.locked:
+            self._lock.materialize_at_rest()  # the queues work on explicit state
+        self._queues.drop(r)
+
+    def may_reserve(self) -> bool:
+        return len(self._queues.run) < self._max_seqs  # a running slot is free
+
+    def mark_reserved(self, head: VllmRequest, n_blocks: int) -> None:
+        self._queues.mark_reserved(head, n_blocks)
+
+    def activate(self, r: VllmRequest) -> None:
+        self._queues.materialize_destination(r)
 
 
 class VllmWorker(EngineWorker, WorkerProbes):
@@ -60,7 +99,6 @@ class VllmWorker(EngineWorker, WorkerProbes):
         self.worker_idx = worker_idx
         bs = args.page_tokens  # (resolved once: a missing block size is looked up in the spec)
         self._bs = bs
-        self._max_seqs = args.max_num_seqs
         self._record = record_kv_events and args.enable_prefix_caching
         # bulk runs cover the common decode case only (see BulkRuns.start)
         self._bulk_ok = (args.decode_kv_accounting is DecodeKvAccounting.LOGICAL
@@ -75,6 +113,7 @@ class VllmWorker(EngineWorker, WorkerProbes):
         self._exact = exact = ExactScheduler(args, bs, queues, book, pool, outbox, timing)
         self._lock = lock = LockstepBatch(args, bs, queues, exact, book, pool, outbox, timing, lockstep)
         self._bulk = BulkRuns(args, bs, lock, queues, pool, outbox, timing)
+        self._commands = HandoffCommands(book, outbox, VllmHandoffSide(args, queues, lock))
 
     # --- state ---------------------------------------------------------------------------------
 
@@ -136,91 +175,26 @@ class VllmWorker(EngineWorker, WorkerProbes):
     # --- commands ------------------------------------------------------------------------------
 
     def submit_handoff_prefill(self, handoff_id: Hashable, request: EngineRequest) -> CommandEffects:
-        self._book.check_source(handoff_id, request)
-        r = VllmRequest(request, min(request.max_output_tokens, 1), handoff_id, VllmStatus.WAITING,
-                        self.args.max_model_len)
-        self._book.add_source(handoff_id, r)
-        self._queues.waiting.append(r)
-        return SUBMITTED
+        return self._commands.submit_handoff_prefill(handoff_id, request)
 
     def submit(self, request: EngineRequest) -> CommandEffects:
         """Plain (non-handoff) request: aggregated use and tests."""
-        self._book.check_new(request)
-        r = VllmRequest(request, request.max_output_tokens, None, VllmStatus.WAITING, self.args.max_model_len)
-        self._book.add(r)
-        self._queues.waiting.append(r)
-        return SUBMITTED
+        return self._commands.submit(request)
 
     def release_source(self, handoff_id: Hashable) -> CommandEffects:
-        return self._end_source(handoff_id, cancel=False)
+        return self._commands.release_source(handoff_id)
 
     def cancel_source(self, handoff_id: Hashable) -> CommandEffects:
-        return self._end_source(handoff_id, cancel=True)
-
-    def _end_source(self, handoff_id: Hashable, *, cancel: bool) -> CommandEffects:
-        r = self._book.pop_source(handoff_id)
-        if r is None:
-            return NOOP
-        if r.status is VllmStatus.HELD:
-            self._queues.free_kv(r)
-            self._book.retire(r)
-        elif cancel:
-            self._remove(r)
-        # a release of a pending source: the prefill releases itself when it finishes
-        return self._applied()
+        return self._commands.cancel_source(handoff_id)
 
     def reserve_destination(self, handoff_id: Hashable, request: EngineRequest) -> CommandEffects:
-        self._book.check_destination(handoff_id, request)
-        r = VllmRequest(request, request.max_output_tokens, handoff_id, VllmStatus.REMOTE_PENDING,
-                        self.args.max_model_len)
-        self._book.add_pending(handoff_id, r)
-        lifecycle = self._retry() if not self._outbox.busy else ()
-        return CommandEffects(CommandResult.ACCEPTED, lifecycle, self._outbox.drain_kv())
+        return self._commands.reserve_destination(handoff_id, request)
 
     def activate_destination(self, handoff_id: Hashable) -> CommandEffects:
-        r = self._book.activate(handoff_id)
-        if r is None:
-            return NOOP
-        self._queues.materialize_destination(r)
-        return self._applied()
+        return self._commands.activate_destination(handoff_id)
 
     def cancel_destination(self, handoff_id: Hashable) -> CommandEffects:
-        book = self._book
-        if book.take_pending(handoff_id) is None:
-            r = book.pop_reserved(handoff_id)
-            if r is not None:
-                self._queues.free_kv(r)
-                book.retire(r)
-            else:
-                r = book.pop_active(handoff_id)
-                if r is None:
-                    return NOOP
-                self._remove(r)
-        return self._applied()
-
-    def _remove(self, r: VllmRequest) -> None:
-        """Take ``r`` out wherever it is (between passes), freeing its KV."""
-        if r.status is VllmStatus.RUNNING and self._lock.locked:
-            self._lock.materialize_at_rest()  # the queues work on explicit state
-        self._queues.drop(r)
-
-    def _applied(self) -> CommandEffects:
-        lifecycle: tuple[LifecycleEvent, ...] = ()
-        if not self._outbox.busy and self._book.pending:
-            lifecycle = self._retry()
-        events = self._outbox.drain_kv()
-        if not lifecycle and not events:
-            return APPLIED
-        return CommandEffects(CommandResult.APPLIED, lifecycle, events)
-
-    def _retry(self) -> tuple[LifecycleEvent, ...]:
-        """The destination retry: reserve the pending head if it fits now (a running slot free)."""
-        head = self._book.reserve_head(len(self._queues.run) < self._max_seqs)
-        if head is None:
-            return ()
-        n_blocks = ceil_div(head.prompt, self._bs)
-        self._queues.mark_reserved(head, n_blocks)
-        return (DestinationReserved(head.handoff, (n_blocks - len(head.cached)) * self._bs),)
+        return self._commands.cancel_destination(handoff_id)
 
     # --- passes --------------------------------------------------------------------------------
 
@@ -255,9 +229,7 @@ class VllmWorker(EngineWorker, WorkerProbes):
         if not outbox.busy:
             raise RuntimeError(f"worker {self.worker_idx} has no pass in flight")
         self._bulk.finish()
-        c = outbox.finish()
-        retry = self._retry() if self._book.pending else ()
-        return outbox.deliver(c, retry)
+        return self._commands.deliver(outbox.finish())
 
     # --- introspection for tests ---------------------------------------------------------------
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections import deque
 
-from dmocker.engines.block_pool import BlockPool, generated_block_ids
-from dmocker.engines.handoff_book import HandoffBook
+from dmocker.engines.block_pool import BlockPool
+from dmocker.engines.handoff_book import HandoffBook, free_blocks
 from dmocker.engines.outbox import Outbox
 from dmocker.engines.vllm_request import VllmRequest, VllmStatus
 
@@ -91,18 +91,8 @@ class VllmQueues:
         self.book.forget(r)
 
     def free_kv(self, r: VllmRequest) -> None:
-        pool = self.pool
-        if self.caching:
-            # full blocks of generated tokens were cached when computed (under unreachable
-            # ids); doing it at release is equivalent: they were referenced until now
-            first = len(r.hashes)
-            stop = r.computed // self.bs
-            if stop > first:
-                r.cached.extend(pool.promote(generated_block_ids(r.rid, first, stop)))
-        if r.cached:
-            pool.release(r.cached)
-        pool.give_back(r.nblocks - len(r.cached))
-        r.cached = []
+        # the reference caches full blocks of generated tokens as they are computed
+        free_blocks(self.pool, r, r.nblocks, r.computed // self.bs if self.caching else 0)
         r.nblocks = 0
 
     def mark_reserved(self, head: VllmRequest, n_blocks: int) -> None:

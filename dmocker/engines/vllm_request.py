@@ -43,24 +43,16 @@ class VllmRequest(HandoffRequest):
     requests while the worker is in lockstep mode; then ``off``/``bkt``/``kf`` are.
     """
 
-    __slots__ = ("maxout", "limit", "computed", "seq", "nblocks", "off", "bkt", "kf", "qseq")
+    __slots__ = ("limit", "computed", "seq", "nblocks", "off", "bkt", "kf", "qseq")
 
     def __init__(self, req: EngineRequest, maxout: int, handoff: Hashable, status: VllmStatus,
                  max_model_len: int | None) -> None:
-        self.rid = req.request_id
-        self.handoff = handoff
-        self.prompt = req.input_length
-        self.maxout = maxout
+        super().__init__(req, maxout, handoff, status)
         # generated-token count at which generation stops (output limit or model length)
         self.limit = maxout if max_model_len is None else min(maxout, max_model_len - req.input_length)
-        self.hashes = list(req.block_hashes)
         self.computed = 0
         self.seq = req.input_length  # prompt + generated tokens
         self.nblocks = 0  # blocks held (cached refs + private)
-        self.cached = []  # hashes held by reference, in block order
-        self.status = status
-        self.source = False  # registered handoff source (prefill side)
-        self.dest = False  # activated handoff destination (decode side)
         self.off = 0
         self.bkt = 0
         self.kf = 0
