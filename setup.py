@@ -33,6 +33,7 @@ PACKAGE = "dmocker"
 COMPILED = [
     "dmocker/engines/block_pool.py",
     "dmocker/engines/block_runs.py",
+    "dmocker/engines/bulk_run.py",
     "dmocker/engines/common.py",
     "dmocker/engines/handoff_book.py",
     "dmocker/engines/handoff_commands.py",

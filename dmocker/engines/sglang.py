@@ -23,7 +23,8 @@ across them (the parts below it call down, never back up):
 * :class:`~dmocker.engines.sglang_scheduler.SglScheduler` -- one pass: promotion, the extend
   batch, the per-request decode step, with the :class:`~dmocker.engines.sglang_request.TokenRatio`;
 * :class:`~dmocker.engines.sglang_decode.LazyBatch` -- decode-only passes, event-driven;
-* :class:`~dmocker.engines.sglang_bulk.SglBulkRuns` -- many decode passes computed at once;
+* :class:`~dmocker.engines.bulk_run.BulkRuns` -- many decode passes computed at once
+  (:class:`~dmocker.engines.sglang_bulk.LazyRuns`), the run in flight and its cut;
 * :class:`~dmocker.engines.outbox.Outbox` -- the pass in flight and what it owes the runtime;
 * the :class:`~dmocker.engines.block_pool.BlockPool` and the
   :class:`~dmocker.engines.timing.PassTiming` model.
@@ -34,6 +35,7 @@ from __future__ import annotations
 from typing import Hashable
 
 from dmocker.engines.block_pool import BlockPool
+from dmocker.engines.bulk_run import BulkRuns
 from dmocker.engines.common import kv_share
 from dmocker.engines.engine_spec import EngineSpec
 from dmocker.engines.handoff_book import HandoffBook
@@ -48,7 +50,7 @@ from dmocker.engines.interface import (
     WorkerProbes,
 )
 from dmocker.engines.outbox import Outbox
-from dmocker.engines.sglang_bulk import SglBulkRuns
+from dmocker.engines.sglang_bulk import LazyRuns
 from dmocker.engines.sglang_decode import LazyBatch
 from dmocker.engines.sglang_queues import SglQueues
 from dmocker.engines.sglang_request import SglRequest, SglStatus, TokenRatio
@@ -118,7 +120,8 @@ class SglangWorker(EngineWorker, WorkerProbes):
         self._queues = queues = SglQueues(book, pool, outbox, page, args.enable_prefix_caching)
         self._lazy = lazy = LazyBatch(queues, pool, timing, page, total_tokens, vectorized)
         self._scheduler = SglScheduler(args, page, total_tokens, queues, lazy, book, pool, outbox, timing, ratio)
-        self._bulk = SglBulkRuns(lazy, queues, book, pool, outbox, timing, ratio, page, args.max_num_seqs)
+        self._bulk = BulkRuns(LazyRuns(lazy, queues, book, pool, timing, ratio, page, args.max_num_seqs), pool,
+                              outbox)
         self._commands = HandoffCommands(book, outbox, SglHandoffSide(queues, lazy))
 
     # --- state ---------------------------------------------------------------------------------
@@ -239,7 +242,7 @@ class SglangWorker(EngineWorker, WorkerProbes):
     def check_lazy_batch(self) -> None:
         """Assert that the event-driven batch files every running request where it belongs,
         leaving it as it is (tests)."""
-        self._lazy.check(self._bulk.tail_pending)
+        self._lazy.check(self._bulk.tail)
 
     def check_invariants(self) -> None:
         """Assert pool conservation against every request's holdings (tests); the event-driven

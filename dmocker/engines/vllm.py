@@ -12,7 +12,8 @@ across them (the parts below it call down, never back up):
   by request (its module docstring describes a pass);
 * :class:`~dmocker.engines.vllm_lockstep.LockstepBatch` -- the decode steady state, O(1) per
   pass, falling back to the exact scheduler;
-* :class:`~dmocker.engines.vllm_bulk.BulkRuns` -- many lockstep passes computed at once;
+* :class:`~dmocker.engines.bulk_run.BulkRuns` -- many lockstep passes computed at once
+  (:class:`~dmocker.engines.vllm_bulk.LockstepRuns`), the run in flight and its cut;
 * :class:`~dmocker.engines.outbox.Outbox` -- the pass in flight and what it owes the runtime;
 * the :class:`~dmocker.engines.block_pool.BlockPool` and the
   :class:`~dmocker.engines.timing.PassTiming` model.
@@ -23,6 +24,7 @@ from __future__ import annotations
 from typing import Hashable
 
 from dmocker.engines.block_pool import BlockPool
+from dmocker.engines.bulk_run import BulkRuns
 from dmocker.engines.common import ceil_div, kv_share
 from dmocker.engines.engine_spec import EngineSpec
 from dmocker.engines.handoff_book import HandoffBook
@@ -40,7 +42,7 @@ from dmocker.engines.interface import (
 )
 from dmocker.engines.outbox import Outbox
 from dmocker.engines.timing import PassTiming
-from dmocker.engines.vllm_bulk import BulkRuns
+from dmocker.engines.vllm_bulk import LockstepRuns
 from dmocker.engines.vllm_lockstep import LockstepBatch
 from dmocker.engines.vllm_queues import VllmQueues
 from dmocker.engines.vllm_request import VllmRequest, VllmStatus
@@ -100,7 +102,7 @@ class VllmWorker(EngineWorker, WorkerProbes):
         bs = args.page_tokens  # (resolved once: a missing block size is looked up in the spec)
         self._bs = bs
         self._record = record_kv_events and args.enable_prefix_caching
-        # bulk runs cover the common decode case only (see BulkRuns.start)
+        # bulk runs cover the common decode case only (see LockstepRuns.begin)
         self._bulk_ok = (args.decode_kv_accounting is DecodeKvAccounting.LOGICAL
                          and args.worker_type is WorkerType.DECODE and not self._record)
         self.pool = pool = BlockPool(args.num_gpu_blocks, record=self._record)
@@ -112,7 +114,7 @@ class VllmWorker(EngineWorker, WorkerProbes):
         self._queues = queues = VllmQueues(book, pool, outbox, bs, args.enable_prefix_caching)
         self._exact = exact = ExactScheduler(args, bs, queues, book, pool, outbox, timing)
         self._lock = lock = LockstepBatch(args, bs, queues, exact, book, pool, outbox, timing, lockstep)
-        self._bulk = BulkRuns(args, bs, lock, queues, pool, outbox, timing)
+        self._bulk = BulkRuns(LockstepRuns(args, bs, lock, queues, pool, timing), pool, outbox)
         self._commands = HandoffCommands(book, outbox, VllmHandoffSide(args, queues, lock))
 
     # --- state ---------------------------------------------------------------------------------

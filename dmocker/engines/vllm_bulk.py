@@ -2,10 +2,9 @@
 
 While the batch is in lockstep and nothing is queued but activated destinations that all join
 now, every pass through the next completion is determined (the batch, each pass's block demand,
-its decode time), so :class:`BulkRuns` computes those passes at once and the runtime cuts the
-run (:meth:`BulkRuns.split`) where the per-pass simulation would be when something reaches the
-worker mid-run.  Differential tests replay random workloads pass by pass and in bulk and demand
-identical output.
+its decode time), so :class:`LockstepRuns` computes those passes at once;
+:class:`~dmocker.engines.bulk_run.BulkRuns` keeps the run in flight and cuts it where the
+per-pass simulation would be when something reaches the worker mid-run.
 """
 
 from __future__ import annotations
@@ -13,52 +12,43 @@ from __future__ import annotations
 from bisect import bisect_right
 from itertools import accumulate
 
-import numpy as np
-import numpy.typing as npt
-
 from dmocker.engines.block_pool import BlockPool
-from dmocker.engines.common import blocks_freed, ceil_div, cut_completion, cut_point
-from dmocker.engines.interface import Admission, EngineArgs, PassCompletion, PassPlan
-from dmocker.engines.outbox import Outbox
+from dmocker.engines.bulk_run import RunModel, RunStart
+from dmocker.engines.common import blocks_freed, ceil_div
+from dmocker.engines.interface import Admission, EngineArgs
 from dmocker.engines.timing import PassTiming
 from dmocker.engines.vllm_lockstep import LockstepBatch
 from dmocker.engines.vllm_queues import VllmQueues
 from dmocker.engines.vllm_request import Demand, VllmRequest, VllmStatus, blocks_through
 
-__all__ = ["BulkRuns"]
+__all__ = ["LockstepRuns"]
 
 
-class BulkRuns:
+class LockstepRuns(RunModel):
     """Bulk decode runs of a vLLM worker's lockstep batch (module docstring)."""
 
     def __init__(self, args: EngineArgs, block_size: int, lock: LockstepBatch, queues: VllmQueues, pool: BlockPool,
-                 outbox: Outbox, timing: PassTiming) -> None:
+                 timing: PassTiming) -> None:
         self._lock = lock
         self._queues = queues
         self._pool = pool
-        self._outbox = outbox
         self._timing = timing
         self._bs = block_size
         self._mml = args.max_model_len
         self._max_seqs = args.max_num_seqs
         self._mbt = args.max_num_batched_tokens
-        # the run in flight: (start ms, pass end times, pass counter before, block demand, free
-        # blocks before, blocks evicted)
-        self._inflight: tuple[float, npt.NDArray[np.float64], int, Demand, int, list[int]] | None = None
-        self._tail = -1  # the run's last pass finishes requests, applied once it has started
-        self.runs = 0
-        self.joins = 0  # runs whose first pass admits activated requests
-        self.tails = 0  # runs whose last pass finishes requests
+        # the run in flight: the pass counter before it, and its block demand
+        self._k0 = 0
+        self._demand: Demand = ([0], 0)
 
-    def start(self, now_ms: float) -> PassPlan | None:
+    def begin(self, now_ms: float) -> RunStart | None:
         """Lockstep with nothing queued but activated destinations that all join now: every
         pass through the next completion is determined (the batch, each pass's block demand,
         its decode time), so those passes are computed at once, as far as the pool surely
         covers their blocks (None: fewer than two).  The first pass admits the joiners (as a
         lockstep pass does: they need no block in it); the last pass may be the one where
-        requests finish: that completion is applied when the run's last pass is known to have
-        started (:meth:`_end_tail`, from :meth:`split` or :meth:`finish`), so a run
-        cut before it leaves them running."""
+        requests finish: they complete when it is known to have started (:meth:`end_tail`),
+        so a run cut before it leaves them running."""
         lock = self._lock
         queues = self._queues
         run = queues.run
@@ -122,113 +112,52 @@ class BulkRuns:
             queues.waiting.clear()
             adm: list[Admission] = []
             joined: list[int] = []
-            sum_po = lock.sum_po
             for r in joiners:
                 r.status = VllmStatus.RUNNING
                 adm.append(Admission(r.rid, 0))
                 run[r.rid] = r
                 r.off = 1 - k
-                r.bkt = (2 - r.prompt - r.off) % bs
-                bcount[r.bkt] += 1
-                sum_po += r.prompt + r.off
-                r.kf = r.limit - r.off
-                finish_at.setdefault(r.kf, []).append(r)
+                lock.file(r)
                 joined.append(r.rid)
-            lock.sum_po = sum_po
             lock.join_batch(joined)
             admissions = tuple(adm)
         active0 = lock.sum_po + n * K  # summed sequence lengths before pass k's sample
         times = self._timing.run_ends(now_ms, n, active0, n_pass)
-        free, evicted = self._pool.take_undoable(need)
-        self._inflight = (now_ms, times, K, demand, free, evicted)
-        self._tail = tail
-        lock.k = K + n_pass
+        self._k0 = K
+        self._demand = demand
+        lock.k = K + n_pass  # (the tail's pass, when the run has one)
         lock.passes += n_pass
-        self.runs += 1
-        self.joins += joiners is not None
-        self.tails += tail >= 0
-        end = float(times[-1])
         finished: tuple[int, ...] = ()
         if tail >= 0:
             finished = tuple([r.rid for r in finish_at[tail]])
         emitted = lock.running_ids()
-        self._outbox.start(PassCompletion(end_ms=end, emitted=emitted, finished=finished, run_times=times,
-                                          delta=lock.tracker.handout(emitted)))
-        return PassPlan(start_ms=now_ms, end_ms=end, admissions=admissions, decode_tokens=n,
-                        last_start_ms=float(times[-2]))
+        return RunStart(times, need, admissions, emitted, lock.tracker.handout(emitted), finished,
+                        joiners is not None, tail >= 0)
 
-    def finish(self) -> None:
-        """The run's completion is due (the worker's ``finish_pass``): no run is in flight any
-        more, and the requests its last pass finishes complete."""
-        self._inflight = None
-        if self._tail >= 0:
-            self._end_tail()
-
-    def _end_tail(self) -> None:
+    def end_tail(self) -> None:
         """The run's last pass has started: its finishing requests complete (what the lockstep
         pass does at its start for them)."""
         lock = self._lock
-        k = self._tail
-        self._tail = -1
-        finishing = lock.finish_at.pop(k)
-        queues = self._queues
-        run = queues.run
-        bs = self._bs
-        bcount = lock.bcount
+        finishing = lock.finish_at.pop(lock.k)
         lock.running_ids()  # (tracked from here)
-        lock.leave_batch(finishing)
-        for r in finishing:
-            del run[r.rid]
-            bcount[r.bkt] -= 1
-            lock.sum_po -= r.prompt + r.off
-            r.seq = r.prompt + r.limit
-            r.computed = r.seq - 1
-            r.nblocks = ceil_div(r.computed, bs)
-            queues.complete(r)
-        if not run:
+        lock.retire(finishing)
+        if not self._queues.run:
             lock.locked = False
 
-    def split(self, now_ms: float, started: bool) -> tuple[float, float] | None:
-        """Cut the run in flight where the per-pass simulation is at ``now_ms``
-        (:meth:`~dmocker.engines.interface.EngineWorker.split_run`)."""
-        run = self._inflight
-        if run is None:
-            return None
-        start, times, K, demand, free, evicted = run
-        total = int(times.shape[0])
-        keep = cut_point(times, now_ms, started)
-        if keep >= total:
-            if self._tail >= 0:
-                self._end_tail()
-            return None
-        self._tail = -1  # the finishing pass was cut off: they keep running
-        evicted = self._pool.untake(free, evicted, blocks_through(demand, total), blocks_through(demand, keep))
+    def rewind(self, keep: int, total: int) -> int:
         lock = self._lock
-        lock.k = K + keep
+        lock.k = self._k0 + keep
         lock.passes -= total - keep
-        outbox = self._outbox
-        outbox.completion, kept, end = cut_completion(outbox.completion, times, keep)
-        self._inflight = (start, kept, K, demand, free, evicted) if keep >= 2 else None
-        return end, float(kept[-2]) if keep >= 2 else start
+        return blocks_through(self._demand, keep)
 
-    def blocks_ahead(self, at_ms: float) -> int:
-        """KV blocks the run in flight holds beyond the per-pass simulation at ``at_ms``
-        (:meth:`VllmWorker.run_blocks_ahead <dmocker.engines.vllm.VllmWorker.run_blocks_ahead>`)."""
-        run = self._inflight
-        if run is None:
-            return 0
-        times, demand = run[1], run[3]
-        total = int(times.shape[0])
-        keep = cut_point(times, at_ms, True)
-        if keep < total:
-            return blocks_through(demand, total) - blocks_through(demand, keep)
-        return self._tail_blocks() if self._tail >= 0 else 0
+    def blocks_kept(self, keep: int) -> int:
+        return blocks_through(self._demand, keep)
 
-    def _tail_blocks(self) -> int:
+    def tail_blocks(self) -> int:
         """Blocks the run's finishing requests give up when its last pass starts (what
-        :meth:`_end_tail` will free): the per-pass replay has already freed them once that
-        pass has started.  A held source keeps its blocks; a cached block stays in use while
-        someone else still references it."""
+        :meth:`end_tail` will free): the per-pass replay has already freed them once that
+        pass has started."""
         bs = self._bs
+        lock = self._lock
         return blocks_freed(self._pool, ((ceil_div(r.prompt + r.limit - 1, bs), r.cached)
-                                         for r in self._lock.finish_at[self._tail] if not r.source))
+                                         for r in lock.finish_at[lock.k] if not r.source))

@@ -114,7 +114,6 @@ class LockstepBatch:
             active_tokens = self.sum_po + len(run) * (k - 1) + sum(r.prompt for r in new if r.limit > 0)
         else:
             active_tokens = self._pool.num_active_blocks * bs
-        finishing = self.finish_at.pop(k, None)
         finished_ids: list[int] = []
         no_token: list[VllmRequest] = []
         joined: list[int] = []  # emitting newcomers, in the order they join `run`
@@ -122,18 +121,12 @@ class LockstepBatch:
             for r in new:
                 run[r.rid] = r
                 r.off = 1 - k
-                r.bkt = (2 - r.prompt - r.off) % bs
                 if r.limit <= 0:
                     no_token.append(r)
                     continue
                 joined.append(r.rid)
-                self.bcount[r.bkt] += 1
-                self.sum_po += r.prompt + r.off
-                r.kf = r.limit - r.off
-                if r.kf == k:
-                    finishing = (finishing or []) + [r]
-                else:
-                    self.finish_at.setdefault(r.kf, []).append(r)
+                self.file(r)  # (one that emits once finishes in this pass)
+        finishing = self.finish_at.pop(k, None)
         if no_token:
             for r in no_token:
                 del run[r.rid]
@@ -146,21 +139,8 @@ class LockstepBatch:
         delta = self.tracker.handout(emitted)
         n_ready = len(emitted)
         if finishing:
-            for r in finishing:
-                del run[r.rid]
-                self.bcount[r.bkt] -= 1
-                self.sum_po -= r.prompt + r.off
-                g = r.limit
-                r.seq = r.prompt + g
-                r.computed = r.seq - 1
-                r.nblocks = ceil_div(r.computed, bs)
-                finished_ids.append(r.rid)
-                self._queues.complete(r)
-        if finishing:
-            # the next batch is this one minus the leavers (a new array when the next pass
-            # asks: handed-out arrays are never mutated; the collector's same-array shortcut
-            # relies on it)
-            self.leave_batch(finishing)
+            finished_ids.extend([r.rid for r in finishing])
+            self.retire(finishing)
         if not run:
             self.locked = False
         decode_ms = self._timing.decode_ms(n_ready, active_tokens) if not self._is_prefill else 0.0
@@ -169,6 +149,32 @@ class LockstepBatch:
         return begin_pass(self._outbox, now_ms, now_ms + decode_ms, admissions, rejected, emitted,
                            tuple(finished_ids),
                            0, n_ready, delta)
+
+    def file(self, r: VllmRequest) -> None:
+        """File running request ``r`` (its offset set) in the implicit batch: its block bucket,
+        its prompt and offset in ``sum_po``, the pass in which it finishes."""
+        r.bkt = (2 - r.prompt - r.off) % self._bs
+        self.bcount[r.bkt] += 1
+        self.sum_po += r.prompt + r.off
+        r.kf = r.limit - r.off
+        self.finish_at.setdefault(r.kf, []).append(r)
+
+    def retire(self, finishing: list[VllmRequest]) -> None:
+        """``finishing`` (taken from ``finish_at``) yielded their last token in pass ``k``: their
+        explicit state is written back, they leave the batch and complete, in order."""
+        run = self._queues.run
+        bs = self._bs
+        for r in finishing:
+            del run[r.rid]
+            self.bcount[r.bkt] -= 1
+            self.sum_po -= r.prompt + r.off
+            r.seq = r.prompt + r.limit
+            r.computed = r.seq - 1
+            r.nblocks = ceil_div(r.computed, bs)
+            self._queues.complete(r)
+        # the next batch is this one minus the leavers (a new array when the next pass asks:
+        # handed-out arrays are never mutated; the collector's same-array shortcut relies on it)
+        self.leave_batch(finishing)
 
     def running_ids(self) -> I64:
         """The batch's ids as the numpy array a completion hands out: the same array while
@@ -234,19 +240,12 @@ class LockstepBatch:
             if r.computed != r.seq - 1 or r.computed < r.prompt or r.nblocks != ceil_div(r.computed, bs):
                 return
         K = self.k
-        bcount = [0] * bs
-        finish_at: dict[int, list[VllmRequest]] = {}
-        sum_po = 0
+        self.bcount = [0] * bs
+        self.sum_po = 0
+        self.finish_at = {}
         for r in self._queues.run.values():
             r.off = (r.seq - r.prompt) - K
-            r.bkt = (2 - r.prompt - r.off) % bs
-            bcount[r.bkt] += 1
-            sum_po += r.prompt + r.off
-            r.kf = r.limit - r.off
-            finish_at.setdefault(r.kf, []).append(r)
-        self.bcount = bcount
-        self.sum_po = sum_po
-        self.finish_at = finish_at
+            self.file(r)
         self._rid_q = None
         self.tracker.reset()
         self.locked = True
