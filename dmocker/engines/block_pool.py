@@ -326,7 +326,8 @@ class BlockPool:
         """Turn ``take_undoable(taken)`` into ``take(keep)`` (``keep <= taken``, nothing else
         changed the pool since): blocks evicted beyond what ``keep`` needs become the oldest
         inactive cached blocks again, in their order (each run's part as a run of its own, at
-        the LRU head).  Returns the hashes still evicted."""
+        the LRU head).  Returns the hashes still evicted; with them, ``untake`` may be called
+        again (a bulk run cut twice)."""
         still = max(keep - free_before, 0)
         n = len(evicted)
         self.free += taken - keep - (n - still if n > still else 0)
@@ -364,7 +365,14 @@ class BlockPool:
             self.listed += k
             self.num_inactive += n - still
             self.num_cached += n - still
-        self._undo = []
+        rest: list[int] = []  # the run lengths of what stays evicted, for a further untake
+        left = still
+        for L in self._undo:
+            if left <= 0:
+                break
+            rest.append(min(L, left))
+            left -= L
+        self._undo = rest
         return list(evicted[:still])
 
     def give_back(self, n: int) -> None:

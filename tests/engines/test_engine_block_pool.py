@@ -389,7 +389,7 @@ class PoolMachine(RuleBasedStateMachine):
         restore = evicted[len(still):]
         self.model.untake(restore, taken - keep - len(restore))
         owner.private = keep
-        self.undo = None
+        self.undo = (free, still, keep, owner)  # a bulk run may be cut again
 
     @rule(tokens=st.lists(st.integers(0, 2), max_size=7), limit=st.integers(0, 7))
     def match(self, tokens: list[int], limit: int) -> None:
