@@ -163,4 +163,5 @@ class BulkRuns:
         keep = cut_point(times, at_ms, True)
         if keep < int(times.shape[0]):
             return self._taken - self._model.blocks_kept(keep)
+        # the whole run has started: per pass, its finishing requests have freed their blocks
         return self._model.tail_blocks() if self.tail else 0

@@ -13,7 +13,8 @@ from dmocker.engines.block_pool import BlockPool, KvChunk
 from dmocker.engines.interface import BatchDelta, IdArray, KvEvent, KvRemoved, KvStored, PassCompletion, ids_copy
 
 __all__ = [
-    "kv_events", "ceil_div", "kv_share", "cut_point", "cut_completion", "blocks_freed", "BatchIds", "BatchTracker",
+    "kv_events", "ceil_div", "kv_share", "cut_point", "cut_completion", "blocks_freed", "check_holdings", "BatchIds",
+    "BatchTracker",
 ]
 
 
@@ -95,6 +96,23 @@ def blocks_freed(pool: BlockPool, holdings: Iterable[tuple[int, list[int]]]) -> 
         if refs[h] == n:
             freed += 1
     return freed
+
+
+def check_holdings(pool: BlockPool, holdings: Iterable[tuple[int, int, list[int]]]) -> None:
+    """Assert that the pool's blocks in use are what the requests ``(id, blocks held, cached
+    hashes)`` hold: its private blocks their uncached ones, each cached block's reference count
+    its holders (tests)."""
+    pool.check()
+    private = 0
+    refs: dict[int, int] = {}
+    for rid, blocks, cached in holdings:
+        assert blocks >= len(cached), (rid, blocks, cached)
+        private += blocks - len(cached)
+        for h in cached:
+            refs[h] = refs.get(h, 0) + 1
+    assert private == pool.private_blocks, (private, pool.private_blocks)
+    for h, c in pool.ref_counts().items():
+        assert refs.get(h, 0) == c, (h, c, refs.get(h, 0))
 
 
 class BatchIds:

@@ -36,7 +36,7 @@ from typing import Hashable
 
 from dmocker.engines.block_pool import BlockPool
 from dmocker.engines.bulk_run import BulkRuns
-from dmocker.engines.common import kv_share
+from dmocker.engines.common import check_holdings, kv_share
 from dmocker.engines.engine_spec import EngineSpec
 from dmocker.engines.handoff_book import HandoffBook
 from dmocker.engines.handoff_commands import HandoffCommands, HandoffSide
@@ -249,18 +249,10 @@ class SglangWorker(EngineWorker, WorkerProbes):
         batch is written back first."""
         self.check_lazy_batch()
         self._lazy.sync()
-        self.pool.check()
-        private = 0
-        ref_count: dict[int, int] = {}
-        for r in self._book.live.values():
-            assert r.npages >= len(r.cached), (r.rid, r.npages, r.cached)
+        live = list(self._book.live.values())
+        for r in live:
             assert r.npages * self._page >= r.materialized, (r.rid, r.npages, r.materialized)
-            private += r.npages - len(r.cached)
-            for h in r.cached:
-                ref_count[h] = ref_count.get(h, 0) + 1
-        assert private == self.pool.private_blocks, (private, self.pool.private_blocks)
-        for h, c in self.pool.ref_counts().items():
-            assert ref_count.get(h, 0) == c, (h, c)
+        check_holdings(self.pool, [(r.rid, r.npages, r.cached) for r in live])
         assert len(self._queues.running) <= self.args.max_num_seqs
         ratio = self._ratio
         assert ratio.floor <= ratio.value <= ratio.initial

@@ -130,8 +130,7 @@ class LazyRuns(RunModel):
         return RunStart(times, need, admissions, emitted, delta, finished, promote is not None, tail)
 
     def end_tail(self) -> None:
-        """The run's last pass has started: the requests it finishes complete (what the decode
-        step does after it)."""
+        """(What the decode step does after the pass for them.)"""
         lazy = self._lazy
         done = lazy.fin.pop(lazy.k - 1, None)
         if done is not None:
@@ -161,9 +160,6 @@ class LazyRuns(RunModel):
         return need
 
     def tail_blocks(self) -> int:
-        """Pages the run's finishing requests give up when its last pass starts (what
-        :meth:`end_tail` will free): the per-pass replay has already freed them once that
-        pass has started."""
         lazy = self._lazy
         done = lazy.fin.get(lazy.k - 1, [])
         return blocks_freed(self._pool, ((r.npages, r.cached) for r in done if not r.source))

@@ -246,10 +246,7 @@ class SglScheduler:
         pool = self._pool
         done_now = [r for r in batch if r.seq - r.prompt >= r.maxout]
         if done_now:
-            for r in done_now:
-                batch.remove(r)
-                finished.append(r.rid)
-                queues.complete(r)
+            self._complete(batch, done_now, finished)
         if not batch:
             return 0.0, False
         retracted = False
@@ -290,8 +287,12 @@ class SglScheduler:
             elif r.pub < len(r.hashes):
                 queues.publish(r, r.materialized)  # cache_materialized_prefix after a token
         if completed:
-            for r in completed:
-                batch.remove(r)
-                finished.append(r.rid)
-                queues.complete(r)
+            self._complete(batch, completed, finished)
         return decode_ms, retracted
+
+    def _complete(self, batch: list[SglRequest], done: list[SglRequest], finished: list[int]) -> None:
+        """``done`` leave ``batch`` and complete, in order."""
+        for r in done:
+            batch.remove(r)
+            finished.append(r.rid)
+            self._queues.complete(r)

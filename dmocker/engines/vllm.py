@@ -25,7 +25,7 @@ from typing import Hashable
 
 from dmocker.engines.block_pool import BlockPool
 from dmocker.engines.bulk_run import BulkRuns
-from dmocker.engines.common import ceil_div, kv_share
+from dmocker.engines.common import ceil_div, check_holdings, kv_share
 from dmocker.engines.engine_spec import EngineSpec
 from dmocker.engines.handoff_book import HandoffBook
 from dmocker.engines.handoff_commands import HandoffCommands, HandoffSide
@@ -251,19 +251,8 @@ class VllmWorker(EngineWorker, WorkerProbes):
 
     def check_invariants(self) -> None:
         """Assert pool conservation against every request's holdings (tests)."""
-        self.pool.check()
         snap = self.snapshot()
-        private = 0
-        ref_count: dict[int, int] = {}
-        for rid, r in self._book.live.items():
-            nblocks = snap[rid][3]
-            assert nblocks >= len(r.cached), (rid, nblocks, r.cached)
-            private += nblocks - len(r.cached)
-            for h in r.cached:
-                ref_count[h] = ref_count.get(h, 0) + 1
-        assert private == self.pool.private_blocks, (private, self.pool.private_blocks)
-        for h, c in self.pool.ref_counts().items():
-            assert ref_count.get(h, 0) == c, (h, c, ref_count.get(h, 0))
+        check_holdings(self.pool, [(rid, snap[rid][3], r.cached) for rid, r in self._book.live.items()])
         assert len(self._queues.run) <= self.args.max_num_seqs
         self._lock.check()
 

@@ -68,8 +68,7 @@ class LockstepRuns(RunModel):
             mml = self._mml
             for r in joiners:
                 # materialized (no prefill), not rejected, and emitting at least twice
-                if (r.computed < r.prompt or r.nblocks * bs < r.prompt or r.limit < 2
-                        or (mml is not None and r.prompt >= mml)):
+                if not queues.materialized(r) or r.limit < 2 or (mml is not None and r.prompt >= mml):
                     return None
                 if kf < 0 or r.limit + K < kf:
                     kf = r.limit + K  # its finishing pass: limit - off with off = 1 - k
@@ -135,8 +134,7 @@ class LockstepRuns(RunModel):
                         joiners is not None, tail >= 0)
 
     def end_tail(self) -> None:
-        """The run's last pass has started: its finishing requests complete (what the lockstep
-        pass does at its start for them)."""
+        """(What the lockstep pass does at its start for them.)"""
         lock = self._lock
         finishing = lock.finish_at.pop(lock.k)
         lock.running_ids()  # (tracked from here)
@@ -154,9 +152,6 @@ class LockstepRuns(RunModel):
         return blocks_through(self._demand, keep)
 
     def tail_blocks(self) -> int:
-        """Blocks the run's finishing requests give up when its last pass starts (what
-        :meth:`end_tail` will free): the per-pass replay has already freed them once that
-        pass has started."""
         bs = self._bs
         lock = self._lock
         return blocks_freed(self._pool, ((ceil_div(r.prompt + r.limit - 1, bs), r.cached)

@@ -24,7 +24,7 @@ from dmocker.engines.interface import Admission, DecodeKvAccounting, EngineArgs,
 from dmocker.engines.outbox import Outbox
 from dmocker.engines.timing import PassTiming
 from dmocker.engines.vllm_queues import VllmQueues
-from dmocker.engines.vllm_request import VllmRequest, VllmStatus
+from dmocker.engines.vllm_request import VllmRequest
 from dmocker.engines.vllm_scheduler import ExactScheduler, begin_pass
 
 __all__ = ["LockstepBatch"]
@@ -87,9 +87,8 @@ class LockstepBatch:
                 self._queues.drop(r)
                 rejected.append(r.rid)
                 continue
-            if r.computed >= r.prompt and r.nblocks * bs >= r.prompt:
-                self._queues.waiting.remove(r)
-                r.status = VllmStatus.RUNNING
+            if self._queues.materialized(r):
+                self._queues.admit(r)
                 admissions.append(Admission(r.rid, 0))
                 new.append(r)
                 if budget == 0:

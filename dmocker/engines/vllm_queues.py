@@ -40,11 +40,20 @@ class VllmQueues:
         first *materialized* one (an activated handoff: its prompt is already here)."""
         if not prefer_materialized:
             return self.waiting[0]
-        bs = self.bs
         for r in self.waiting:
-            if r.computed >= r.prompt and r.nblocks * bs >= r.prompt:
+            if self.materialized(r):
                 return r
         return None
+
+    def materialized(self, r: VllmRequest) -> bool:
+        """Whether waiting request ``r``'s prompt KV is here already (an activated handoff): it
+        is admitted without a prefill, reusing nothing."""
+        return r.computed >= r.prompt and r.nblocks * self.bs >= r.prompt
+
+    def admit(self, r: VllmRequest) -> None:
+        """``r`` leaves the waiting queue to run (the caller adds it to its batch)."""
+        self.waiting.remove(r)
+        r.status = VllmStatus.RUNNING
 
     def complete(self, r: VllmRequest) -> None:
         """Generation finished: a registered source is held, anything else is freed."""

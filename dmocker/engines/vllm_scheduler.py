@@ -172,10 +172,8 @@ class ExactScheduler:
                 rejected.append(r.rid)
                 changed = True
                 continue
-            if r.computed >= r.prompt and r.nblocks * bs >= r.prompt:
-                # Materialized: the prompt is already here; no prefill, no reuse reported.
-                queues.waiting.remove(r)
-                r.status = VllmStatus.RUNNING
+            if queues.materialized(r):
+                queues.admit(r)
                 run.append(r)
                 admissions.append(Admission(r.rid, 0))
                 changed = True
@@ -349,7 +347,6 @@ class ExactScheduler:
         prompt_tokens = min(actual, r.prompt) - prompt_before
         scheduled[r.rid] = (used, prompt_tokens, prompt_before)
         if from_waiting:
-            self._queues.waiting.remove(r)
-            r.status = VllmStatus.RUNNING
+            self._queues.admit(r)
             run.append(r)
         return _Outcome.SCHEDULED, used, prompt_tokens, prompt_before, u
