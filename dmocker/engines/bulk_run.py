@@ -53,7 +53,8 @@ class RunStart:
 
 @trait
 class RunModel:
-    """An engine's bulk runs: whether one can start, its passes, and its cut."""
+    """An engine's bulk runs: whether one can start, its passes, and its cut.  A trait rather
+    than a ``typing.Protocol``: compiled, its methods are called directly."""
 
     @abstractmethod
     def begin(self, now_ms: float) -> RunStart | None:

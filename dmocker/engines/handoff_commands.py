@@ -44,7 +44,8 @@ R = TypeVar("R", bound=HandoffRequest)  # the engine's request record
 @trait
 class HandoffSide(Generic[R]):
     """What a handoff command does to one engine's queues: the engine's part of
-    :class:`HandoffCommands`.  Called only by it, between passes unless said otherwise."""
+    :class:`HandoffCommands`.  Called only by it, between passes unless said otherwise.  A
+    trait rather than a ``typing.Protocol``: compiled, its methods are called directly."""
 
     @abstractmethod
     def new_request(self, request: EngineRequest, maxout: int, handoff: Hashable, destination: bool) -> R:
