@@ -24,6 +24,17 @@ from dmocker.engines.timing import PassTiming
 __all__ = ["LazyRuns"]
 
 
+def _growth(seqs: list[int], pages: list[int], passes: int, page: int) -> int:
+    """The pages requests of sequence lengths ``seqs``, holding ``pages``, take in ``passes``
+    more decode passes."""
+    need = 0
+    for s, p in zip(seqs, pages):
+        p1 = (s + passes + page - 1) // page  # pages for seq + passes
+        if p1 > p:
+            need += p1 - p
+    return need
+
+
 class LazyRuns(RunModel):
     """Bulk decode runs of an SGLang worker's lazy batch (module docstring)."""
 
@@ -80,21 +91,13 @@ class LazyRuns(RunModel):
         if not tail:
             n_pass -= 1
         npg0 = [r.npages for r in batch]
-        need = 0
-        for s, p in zip(seqs, npg0):
-            p1 = (s + n_pass + page - 1) // page  # pages for seq + n_pass
-            if p1 > p:
-                need += p1 - p
+        need = _growth(seqs, npg0, n_pass, page)
         if need > pool.available:
             if not tail:
                 return None
             tail = False  # the per-pass path decides the finishing pass
             n_pass -= 1
-            need = 0
-            for s, p in zip(seqs, npg0):
-                p1 = (s + n_pass + page - 1) // page
-                if p1 > p:
-                    need += p1 - p
+            need = _growth(seqs, npg0, n_pass, page)
             if need > pool.available:
                 return None
         if n_pass < 2:

@@ -202,23 +202,22 @@ class LockstepBatch:
             batch.leave(r.rid)
 
     def materialize_at_rest(self) -> None:
-        """Lockstep -> explicit state between passes (after pass ``k``)."""
-        K = self.k
-        bs = self._bs
-        for r in self._queues.run.values():
-            g = K + r.off
-            r.seq = r.prompt + g
-            r.computed = r.seq - 1
-            r.nblocks = ceil_div(r.computed, bs)
-        self._leave()
+        """Lockstep -> explicit state between passes (after pass ``k``: the token it sampled is
+        not computed yet)."""
+        self._write_back(self.k, 1)
 
     def _materialize_mid_pass(self, k: int) -> None:
-        """Lockstep -> explicit state after pass ``k``'s running phase (dangling token computed)."""
+        """Lockstep -> explicit state after pass ``k``'s running phase (the dangling token
+        computed, the next not sampled yet)."""
+        self._write_back(k - 1, 0)
+
+    def _write_back(self, passes: int, dangling: int) -> None:
+        """Every running request has generated ``passes + off`` tokens, the last ``dangling`` of
+        them not computed: its explicit state says so, and the batch leaves lockstep."""
         bs = self._bs
         for r in self._queues.run.values():
-            g = k - 1 + r.off
-            r.seq = r.prompt + g
-            r.computed = r.seq
+            r.seq = r.prompt + passes + r.off
+            r.computed = r.seq - dangling
             r.nblocks = ceil_div(r.computed, bs)
         self._leave()
 
