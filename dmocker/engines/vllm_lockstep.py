@@ -138,7 +138,8 @@ class LockstepBatch:
         delta = self.tracker.handout(emitted)
         n_ready = len(emitted)
         if finishing:
-            finished_ids.extend([r.rid for r in finishing])
+            for r in finishing:
+                finished_ids.append(r.rid)
             self.retire(finishing)
         if not run:
             self.locked = False
