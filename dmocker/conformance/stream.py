@@ -22,7 +22,9 @@ from dmocker.conformance.events import (
     json_error_reason,
     parse_line,
 )
-from dmocker.conformance.validator import OpenHandoff, Validator, ViolationKind
+from dmocker.conformance.results import ViolationKind
+from dmocker.conformance.trie import OpenHandoff
+from dmocker.conformance.validator import Validator
 from dmocker.handoff import HandoffOrder, order_for_engine
 
 
