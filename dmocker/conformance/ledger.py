@@ -1,8 +1,8 @@
-"""What the validator records while it reads a log, one job per class.
+"""What the validator records while it reads a log, besides where each handoff stands.
 
-:class:`HandoffBook` says where each handoff stands, :class:`ViolationLog` keeps each violated
-handoff's first violation, :class:`InputErrors` the unreadable lines, :class:`TimeCheck` the
-time-order anomalies and :class:`Counts` the plain counts.  The validator
+:class:`ViolationLog` keeps each violated handoff's first violation, :class:`Truncations` the
+handoffs a record closed early, :class:`InputErrors` the unreadable lines and :class:`ReadStats`
+the counts of what was read and its time order.  The validator
 (:mod:`dmocker.conformance.validator`) decides what to record; the summary
 (:mod:`dmocker.conformance.summary`) turns the records into a result.
 """
@@ -10,45 +10,26 @@ time-order anomalies and :class:`Counts` the plain counts.  The validator
 from __future__ import annotations
 
 from collections import Counter
-from typing import Final
 
 from dmocker.conformance.events import HandoffKey, LogError
 from dmocker.conformance.projection import symbol_display
 from dmocker.conformance.results import TimeAnomalies, Violation, ViolationKind
-from dmocker.conformance.trie import OpenHandoff, PrefixTrie
+from dmocker.conformance.trie import PrefixTrie
 from dmocker.handoff import HandoffOrder
 
-# Finished-handoff markers; values >= 0 are the trie node a conforming handoff finished at.
-VIOLATED: Final = -2
-TRUNCATED: Final = -3
 
+class Truncations:
+    """Handoffs closed by a record that ended failed, rejected… without cleanup events.
 
-class HandoffBook:
-    """Where each handoff stands: O(open handoffs) entries plus one small int per finished id.
-
-    ``open`` maps an open handoff to its :class:`OpenHandoff`; ``finished`` a finished one to its
-    marker (the trie node a conforming handoff ended at, :data:`VIOLATED` or :data:`TRUNCATED`);
-    the finished id is kept to flag events that arrive after the handoff ended.
-    ``conform_ends`` / ``truncated_ends`` count the handoffs that ended at each trie node.
+    ``ends`` counts them by the trie node they stopped at; ``status`` counts every such record
+    by its status (also those whose handoff had already violated).
     """
 
-    __slots__ = ("open", "finished", "conform_ends", "truncated_ends", "truncated_status")
+    __slots__ = ("ends", "status")
 
     def __init__(self) -> None:
-        self.open: dict[HandoffKey, OpenHandoff] = {}
-        self.finished: dict[HandoffKey, int] = {}
-        self.conform_ends: Counter[int] = Counter()
-        self.truncated_ends: Counter[int] = Counter()
-        self.truncated_status: Counter[str] = Counter()
-
-    def truncate(self, handoff: HandoffKey, status: str) -> None:
-        """Close a handoff whose record ended ``status`` without cleanup events."""
-        entry = self.open.pop(handoff, None)
-        self.truncated_status[status] += 1
-        if entry is None:
-            return  # already violated (or, oddly, completed): counted where it is
-        self.finished[handoff] = TRUNCATED
-        self.truncated_ends[entry.node] += 1
+        self.ends: Counter[int] = Counter()
+        self.status: Counter[str] = Counter()
 
 
 class ViolationLog:
@@ -119,46 +100,39 @@ class InputErrors:
             self.aborted = True
 
 
-class TimeCheck:
-    """Time order, two ways.
+class ReadStats:
+    """Counts of what was read, and its time order.
 
-    Across the log (``track_global``): lines whose time is before an earlier line's are counted
-    (meaningless for per-request records, which turn it off).  Within a handoff: time going
-    backwards is a violation (the validator records it); here it is counted with its largest step.
+    ``lines``, ``events`` and ``handoffs`` (new ones) as read; ``after_violation`` counts the
+    events of a handoff already violated or truncated (its first problem is what counts);
+    ``extra`` an adapter's own counts (shown under ``counts``).
+
+    Time order, two ways.  Across the log (``track_global``): lines whose time is before an
+    earlier line's are counted (meaningless for per-request records, which turn it off);
+    ``last_t`` is the latest time so far.  Within a handoff: time going backwards is a violation
+    (the validator records it); here it is counted with its largest step.
     """
 
-    __slots__ = ("track_global", "last_t", "out_of_order", "backwards", "max_backwards")
+    __slots__ = (
+        "lines", "events", "handoffs", "after_violation", "extra",
+        "track_global", "last_t", "out_of_order", "backwards", "max_backwards",
+    )
 
     def __init__(self) -> None:
+        self.lines = 0
+        self.events = 0
+        self.handoffs = 0
+        self.after_violation = 0
+        self.extra: Counter[str] = Counter()
         self.track_global = True
         self.last_t = float("-inf")
         self.out_of_order = 0
         self.backwards = 0
         self.max_backwards = 0.0
 
-    def note(self, last_t: float, out_of_order: int) -> None:
-        """Take over the global bookkeeping a reader kept in locals."""
-        if last_t > self.last_t:
-            self.last_t = last_t
-        self.out_of_order += out_of_order
-
     def backwards_within(self, last: float, t_ms: float) -> None:
         self.backwards += 1
         self.max_backwards = max(self.max_backwards, last - t_ms)
 
-    def anomalies(self) -> TimeAnomalies:
+    def time_anomalies(self) -> TimeAnomalies:
         return TimeAnomalies(self.backwards, self.out_of_order, self.max_backwards)
-
-
-class Counts:
-    """Plain counts for the report; ``extra`` holds an adapter's own (shown under ``counts``)."""
-
-    __slots__ = ("lines", "events", "handoffs", "after_violation", "extra")
-
-    def __init__(self) -> None:
-        self.lines = 0
-        self.events = 0
-        self.handoffs = 0
-        #: events of a handoff already violated or truncated: its first problem is what counts
-        self.after_violation = 0
-        self.extra: Counter[str] = Counter()

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections import Counter
 
 from dmocker.conformance.events import HandoffKey
-from dmocker.conformance.ledger import Counts, HandoffBook, InputErrors, TimeCheck, ViolationLog
+from dmocker.conformance.ledger import InputErrors, ReadStats, Truncations, ViolationLog
 from dmocker.conformance.projection import symbol_display
 from dmocker.conformance.results import ConformanceResult, Coverage, Lifecycle, Unfinished, Verdict
-from dmocker.conformance.trie import PrefixTrie
+from dmocker.conformance.trie import OpenHandoff, PrefixTrie
 from dmocker.handoff import HandoffOrder
 
 
@@ -74,15 +74,20 @@ def summarize(
     order: HandoffOrder | None,
     max_listed: int,
     trie: PrefixTrie,
-    book: HandoffBook,
+    open_: dict[HandoffKey, OpenHandoff],
+    conform_ends: Counter[int],
+    truncations: Truncations,
     violations: ViolationLog,
     errors: InputErrors,
-    time: TimeCheck,
-    counts: Counts,
+    read: ReadStats,
 ) -> ConformanceResult:
-    """The result of everything recorded so far (the records are only read)."""
+    """The result of everything recorded so far (the records are only read).
+
+    ``open_`` are the handoffs still open, ``conform_ends`` how many conforming handoffs ended at
+    each trie node.
+    """
     tally = _Tally(trie)
-    for node, n in sorted(book.conform_ends.items()):
+    for node, n in sorted(conform_ends.items()):
         if n > 0:
             tally.ended(node, Verdict.CONFORMS, n)
     for node, n in sorted(violations.prefixes.items()):
@@ -93,20 +98,20 @@ def summarize(
             tally.count(violated, Verdict.VIOLATES, n)
     open_ends: Counter[int] = Counter()
     unfinished: list[Unfinished] = []
-    for handoff, entry in book.open.items():
+    for handoff, entry in open_.items():
         open_ends[entry.node] += 1
         if len(unfinished) < max_listed:
             unfinished.append(_unfinished(trie, handoff, entry.node, entry.first_line, entry.last_line))
     for node, n in sorted(open_ends.items()):
         tally.ended(node, Verdict.INCOMPLETE, n)
-    for node, n in sorted(book.truncated_ends.items()):
+    for node, n in sorted(truncations.ends.items()):
         tally.ended(node, Verdict.TRUNCATED, n)
     tally.lifecycles.sort(key=lambda lc: (lc.order.value, lc.verdict.value, -lc.count, lc.events))
     return ConformanceResult(
         order=order,
-        lines=counts.lines,
-        events=counts.events,
-        handoffs=counts.handoffs,
+        lines=read.lines,
+        events=read.events,
+        handoffs=read.handoffs,
         verdicts={v.value: tally.verdicts.get(v.value, 0) for v in Verdict},
         by_order={o: {v.value: c.get(v.value, 0) for v in Verdict} for o, c in tally.by_order.items() if sum(c.values())},
         violation_counts=tuple((o, k, n) for (o, k), n in violation_counts if n),
@@ -114,13 +119,13 @@ def summarize(
         unfinished=tuple(unfinished),
         lifecycles=tuple(tally.lifecycles),
         coverage=tally.coverage(),
-        time=time.anomalies(),
+        time=read.time_anomalies(),
         input_errors=tuple(errors.listed),
         input_error_count=errors.count,
         aborted=errors.aborted,
-        events_after_violation=counts.after_violation,
-        truncated_by_status=dict(sorted(book.truncated_status.items())),
-        extra=dict(sorted(counts.extra.items())),
+        events_after_violation=read.after_violation,
+        truncated_by_status=dict(sorted(truncations.status.items())),
+        extra=dict(sorted(read.extra.items())),
     )
 
 

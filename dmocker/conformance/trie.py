@@ -51,10 +51,6 @@ class PrefixTrie:
         self.next[node][symbol] = child
         return child
 
-    def allows(self, node: int, symbol: str) -> bool:
-        """Whether the spec allows ``symbol`` after the prefix ``node`` (without adding a node)."""
-        return self.projections[self.order[node]].states[self.dfa[node]].transitions.get(symbol) is not None
-
     def seen(self, node: int) -> tuple[str, ...]:
         out: list[str] = []
         while self.parent[node] >= 0:

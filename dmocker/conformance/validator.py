@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Final, Iterable
 
 from dmocker.conformance.events import HandoffKey, LogError, LogEvent
-from dmocker.conformance.ledger import VIOLATED, Counts, HandoffBook, InputErrors, TimeCheck, ViolationLog
+from dmocker.conformance.ledger import InputErrors, ReadStats, Truncations, ViolationLog
 from dmocker.conformance.projection import projection_for
 from dmocker.conformance.results import (
     ConformanceResult,
@@ -39,6 +39,10 @@ from dmocker.conformance.results import (
 from dmocker.conformance.summary import summarize
 from dmocker.conformance.trie import OpenHandoff, PrefixTrie
 from dmocker.handoff import HandoffOrder, ProtocolSpec, load_spec, order_for_engine
+
+# Finished-handoff markers; values >= 0 are the trie node a conforming handoff finished at.
+_VIOLATED: Final = -2
+_TRUNCATED: Final = -3
 
 # The result types are defined in results.py; importing them from here keeps working.
 __all__ = [
@@ -99,46 +103,54 @@ class Validator:
         self.order = order
         self.max_listed = max_listed
         self._trie = PrefixTrie({o: projection_for(o, spec) for o in HandoffOrder})
-        self._book = HandoffBook()
+        # Where each handoff stands (the FastPath contract): open ones by their entry, finished
+        # ones by a marker (see _VIOLATED), and how many conforming ones ended at each trie node.
+        self._open: dict[HandoffKey, OpenHandoff] = {}
+        self._finished: dict[HandoffKey, int] = {}
+        self._conform_ends: Counter[int] = Counter()
+        self._truncations = Truncations()
         self._violations = ViolationLog(self._trie, max_listed)
         self._errors = InputErrors(max_listed)
-        self._time = TimeCheck()
-        self._counts = Counts()
+        self._read = ReadStats()
 
     @property
     def track_global_time(self) -> bool:
         """Count lines whose time is before an earlier line's (meaningless for per-request records)."""
-        return self._time.track_global
+        return self._read.track_global
 
     @track_global_time.setter
     def track_global_time(self, value: bool) -> None:
-        self._time.track_global = value
+        self._read.track_global = value
 
     # --- feeding ------------------------------------------------------------------------------
 
     def fast_path(self) -> FastPath:
         """The state a streaming reader may update in place for legal steps (see :class:`FastPath`)."""
         trie = self._trie
-        book = self._book
-        return FastPath(book.open, book.finished, book.conform_ends, trie.next, trie.accepting, trie.roots)
+        return FastPath(self._open, self._finished, self._conform_ends, trie.next, trie.accepting, trie.roots)
 
     def note_time(self, last_t: float, out_of_order: int) -> None:
         """Hand back the global-time bookkeeping a fast reader kept in locals."""
-        self._time.note(last_t, out_of_order)
+        # Written out here rather than as a ReadStats method: a reader calls it before every event it hands over.
+        read = self._read
+        if last_t > read.last_t:
+            read.last_t = last_t
+        read.out_of_order += out_of_order
 
     @property
     def last_t(self) -> float:
         """The latest time seen in log order (for a fast reader's global-time bookkeeping)."""
-        return self._time.last_t
+        return self._read.last_t
 
     def count_fast(self, events: int, new_handoffs: int) -> None:
         """Count the events and new handoffs a fast reader handled itself."""
-        self._counts.events += events
-        self._counts.handoffs += new_handoffs
+        read = self._read
+        read.events += events
+        read.handoffs += new_handoffs
 
     def count_lines(self, n: int) -> None:
         """How many lines the input had (for the report)."""
-        self._counts.lines += n
+        self._read.lines += n
 
     def error(self, error: LogError, *, abort: bool = False) -> None:
         """Record an unreadable line; ``abort`` marks the run as stopped there."""
@@ -152,27 +164,26 @@ class Validator:
         self, line: int, handoff: HandoffKey, t_ms: float, symbol: str, engine: str | None
     ) -> LogError | None:
         """:meth:`feed` without building a LogEvent (the hot path of the native reader)."""
-        self._counts.events += 1
-        time = self._time
-        if time.track_global:
-            if t_ms < time.last_t:
-                time.out_of_order += 1
+        read = self._read
+        read.events += 1
+        if read.track_global:
+            if t_ms < read.last_t:
+                read.out_of_order += 1
             else:
-                time.last_t = t_ms
-        book = self._book
-        entry = book.open.get(handoff)
+                read.last_t = t_ms
+        entry = self._open.get(handoff)
         if entry is None:
-            marker = book.finished.get(handoff)
+            marker = self._finished.get(handoff)
             if marker is None:
                 return self._begin(line, handoff, t_ms, symbol, engine)
             return self._after_finish(line, handoff, t_ms, symbol, engine, marker)
         if engine is not None and engine != entry.engine and self.order is None:
             problem = self._engine_problem(line, handoff, entry.node, t_ms, symbol, engine)
-            if problem is not None or handoff not in book.open:
+            if problem is not None or handoff not in self._open:
                 return problem
         last = entry.last_t
         if t_ms < last:
-            time.backwards_within(last, t_ms)
+            read.backwards_within(last, t_ms)
             self._violate(
                 handoff, entry.node, ViolationKind.TIME_BACKWARDS, line, t_ms, symbol,
                 f"time went backwards within the handoff: {t_ms:g} ms after {last:g} ms",
@@ -195,10 +206,9 @@ class Validator:
         entry.last_t = t_ms
         entry.last_line = line
         if trie.accepting[child]:
-            book = self._book
-            del book.open[handoff]
-            book.finished[handoff] = child
-            book.conform_ends[child] += 1
+            del self._open[handoff]
+            self._finished[handoff] = child
+            self._conform_ends[child] += 1
 
     def _begin(
         self, line: int, handoff: HandoffKey, t_ms: float, symbol: str, engine: str | None
@@ -206,16 +216,16 @@ class Validator:
         order = self.order
         if order is None:
             if engine is None:
-                self._counts.events -= 1
+                self._read.events -= 1
                 return LogError(line, "engine", f"handoff {handoff!r} starts without an engine, so its order is unknown: give --order or an engine on its first event")
             try:
                 order = order_for_engine(engine)
             except ValueError as exc:
-                self._counts.events -= 1
+                self._read.events -= 1
                 return LogError(line, "engine", str(exc))
-        self._counts.handoffs += 1
+        self._read.handoffs += 1
         entry = OpenHandoff(self._trie.roots[order], t_ms, line, engine)
-        self._book.open[handoff] = entry
+        self._open[handoff] = entry
         self._advance(entry, line, handoff, t_ms, symbol)
         return None
 
@@ -223,17 +233,17 @@ class Validator:
         self, line: int, handoff: HandoffKey, t_ms: float, symbol: str, engine: str | None, marker: int
     ) -> LogError | None:
         if marker < 0:  # violated or truncated: its first problem is what counts
-            self._counts.after_violation += 1
+            self._read.after_violation += 1
             return None
         # Finished and conforming.  After completed(success) the spec still allows a post-success
         # reopen (a terminal fact, then the destination's cleanup); after completed(canceled)
         # nothing at all.
-        book = self._book
-        book.conform_ends[marker] -= 1
-        if self._trie.allows(marker, symbol):
-            del book.finished[handoff]
+        trie = self._trie
+        self._conform_ends[marker] -= 1
+        if trie.projections[trie.order[marker]].states[trie.dfa[marker]].transitions.get(symbol) is not None:
+            del self._finished[handoff]
             entry = OpenHandoff(marker, t_ms, line, engine)
-            book.open[handoff] = entry
+            self._open[handoff] = entry
             self._advance(entry, line, handoff, t_ms, symbol)
             return None
         self._record(handoff, marker, ViolationKind.EVENT_AFTER_COMPLETION, line, t_ms, symbol, None)
@@ -266,50 +276,54 @@ class Validator:
         self, handoff: HandoffKey, node: int, kind: ViolationKind, line: int, t_ms: float,
         symbol: str, message: str | None,
     ) -> None:
-        self._book.open.pop(handoff, None)
+        self._open.pop(handoff, None)
         self._record(handoff, node, kind, line, t_ms, symbol, message)
 
     def _record(
         self, handoff: HandoffKey, node: int, kind: ViolationKind, line: int, t_ms: float,
         symbol: str, message: str | None,
     ) -> None:
-        self._book.finished[handoff] = VIOLATED
+        self._finished[handoff] = _VIOLATED
         self._violations.record(handoff, node, kind, line, t_ms, symbol, message)
 
     def violate(self, handoff: HandoffKey, kind: ViolationKind, line: int, t_ms: float, event: str, message: str) -> None:
         """An adapter-level violation (e.g. decode admitted before activation) for ``handoff``."""
-        book = self._book
-        entry = book.open.get(handoff)
+        entry = self._open.get(handoff)
         if entry is not None:
             self._violate(handoff, entry.node, kind, line, t_ms, event, message)
             return
-        marker = book.finished.get(handoff)
+        marker = self._finished.get(handoff)
         if marker is not None and marker >= 0:
-            book.conform_ends[marker] -= 1
+            self._conform_ends[marker] -= 1
             self._record(handoff, marker, kind, line, t_ms, event, message)
 
     def begin(self, handoff: HandoffKey, line: int, order: HandoffOrder) -> None:
         """Open a handoff that has no event yet (a record with no timestamps); no-op if known."""
-        book = self._book
-        if handoff in book.open or handoff in book.finished:
+        if handoff in self._open or handoff in self._finished:
             return
-        self._counts.handoffs += 1
-        book.open[handoff] = OpenHandoff(self._trie.roots[order], float("-inf"), line, None)
+        self._read.handoffs += 1
+        self._open[handoff] = OpenHandoff(self._trie.roots[order], float("-inf"), line, None)
 
     def truncate(self, handoff: HandoffKey, status: str) -> None:
         """Close a handoff whose record ended ``status`` (failed, rejected…) without cleanup events."""
-        self._book.truncate(handoff, status)
+        entry = self._open.pop(handoff, None)
+        self._truncations.status[status] += 1
+        if entry is None:
+            return  # already violated (or, oddly, completed): counted where it is
+        self._finished[handoff] = _TRUNCATED
+        self._truncations.ends[entry.node] += 1
 
     def count(self, key: str, n: int = 1) -> None:
         """Count something adapter-specific (shown under ``counts``)."""
-        self._counts.extra[key] += n
+        self._read.extra[key] += n
 
     # --- the result ---------------------------------------------------------------------------
 
     def result(self) -> ConformanceResult:
         return summarize(
-            order=self.order, max_listed=self.max_listed, trie=self._trie, book=self._book,
-            violations=self._violations, errors=self._errors, time=self._time, counts=self._counts,
+            order=self.order, max_listed=self.max_listed, trie=self._trie, open_=self._open,
+            conform_ends=self._conform_ends, truncations=self._truncations,
+            violations=self._violations, errors=self._errors, read=self._read,
         )
 
 
@@ -319,8 +333,9 @@ def validate_events(
 ) -> ConformanceResult:
     """Validate parsed events (an in-memory convenience; the CLI streams through the same core)."""
     validator = Validator(order, spec=spec)
+    lines = 0
     for item in events:
-        validator.count_lines(1)
+        lines += 1
         if isinstance(item, LogError):
             validator.error(item, abort=not keep_going)
             if not keep_going:
@@ -331,4 +346,5 @@ def validate_events(
             validator.error(problem, abort=not keep_going)
             if not keep_going:
                 break
+    validator.count_lines(lines)
     return validator.result()

@@ -176,9 +176,8 @@ def test_generated_logs_conform_and_interleaving_does_not_matter(seed: int) -> N
 def test_memory_is_open_handoffs_plus_finished_ids() -> None:
     v = Validator(None)
     check_native(io.StringIO("".join(line + "\n" for line in interleaved_log(5000, seed=3, open_handoffs=10))), v, keep_going=False)
-    book = v._book  # noqa: SLF001
-    assert len(book.open) == 0 and len(book.finished) == v.result().handoffs
-    assert all(isinstance(n, int) for n in book.finished.values())
+    assert len(v._open) == 0 and len(v._finished) == v.result().handoffs  # noqa: SLF001
+    assert all(isinstance(n, int) for n in v._finished.values())  # noqa: SLF001
     assert len(v._trie.dfa) < 5000  # prefixes are shared, not per handoff  # noqa: SLF001
 
 
