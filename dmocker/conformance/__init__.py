@@ -14,18 +14,17 @@ from dmocker.conformance.events import EVENT_KINDS, FORMAT_VERSION, LogError, Lo
 from dmocker.conformance.projection import Projection, projection_for, success_lifecycle
 from dmocker.conformance.report import render_junit, render_text, to_json
 from dmocker.conformance.stream import LogFormat, check_dynamo_records, check_lines, check_native
-from dmocker.conformance.validator import (
+from dmocker.conformance.results import (
     ConformanceResult,
     Coverage,
     Lifecycle,
     TimeAnomalies,
     Unfinished,
-    Validator,
     Verdict,
     Violation,
     ViolationKind,
-    validate_events,
 )
+from dmocker.conformance.validator import Validator, validate_events
 
 __all__ = [
     "EVENT_KINDS",

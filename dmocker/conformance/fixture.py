@@ -33,7 +33,8 @@ from typing import Final
 
 from dmocker._atomic import write_atomic
 from dmocker.conformance.stream import check_native
-from dmocker.conformance.validator import ConformanceResult, Validator
+from dmocker.conformance.results import ConformanceResult
+from dmocker.conformance.validator import Validator
 from dmocker.handoff import (
     ActivateDestination,
     CancelDestination,

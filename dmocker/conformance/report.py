@@ -11,7 +11,7 @@ import json
 from typing import Final
 from xml.sax.saxutils import escape, quoteattr
 
-from dmocker.conformance.validator import ConformanceResult, Verdict, ViolationKind
+from dmocker.conformance.results import ConformanceResult, Verdict, ViolationKind
 from dmocker.handoff import HandoffOrder
 
 REPORT_FORMAT: Final = "dmocker.conformance-report"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import json
 import math
+from collections import Counter
 from typing import Final, Iterable
 
 from dmocker.conformance.dynamo_records import RecordProblem, record_events
@@ -22,7 +23,9 @@ from dmocker.conformance.events import (
     json_error_reason,
     parse_line,
 )
-from dmocker.conformance.validator import OpenHandoff, Validator, ViolationKind
+from dmocker.conformance.results import ViolationKind
+from dmocker.conformance.trie import OpenHandoff
+from dmocker.conformance.validator import Validator
 from dmocker.handoff import HandoffOrder, order_for_engine
 
 
@@ -213,6 +216,7 @@ def _error(validator: Validator, error: LogError, keep_going: bool) -> bool:
 def check_dynamo_records(lines: Iterable[str], validator: Validator, order: HandoffOrder, *, keep_going: bool) -> None:
     """Validate the reference's per-request records (one handoff per line) under ``order``."""
     validator.track_global_time = False  # records are per request, not in time order
+    records: Counter[str] = Counter()  # handed to the validator at the end, not one call per record
     count = 0
     for count, text in enumerate(lines, 1):
         if not text.strip():
@@ -233,8 +237,8 @@ def check_dynamo_records(lines: Iterable[str], validator: Validator, order: Hand
                 break
             continue
         handoff = converted.handoff
-        validator.count("records")
-        validator.count(f"records_{converted.status or 'unfinished'}")
+        records["records"] += 1
+        records[f"records_{converted.status or 'unfinished'}"] += 1
         if not converted.events:
             validator.begin(handoff, count, order)  # e.g. rejected before admission: no timestamps
         for event in converted.events:
@@ -243,6 +247,8 @@ def check_dynamo_records(lines: Iterable[str], validator: Validator, order: Hand
             _record_problem(validator, handoff, count, problem)
         if converted.status is not None and converted.status != "completed":
             validator.truncate(handoff, converted.status)
+    for key, n in records.items():
+        validator.count(key, n)
     validator.count_lines(count)
 
 
