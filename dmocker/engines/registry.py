@@ -1,23 +1,41 @@
 """The mock engines, by name: where a worker is built from its :class:`EngineArgs`.
 
-Adding an engine touches its own module, which declares ``ENGINE = EngineSpec(name, worker
-class)``, its line in :data:`ENGINES`, and its entry in the handoff spec's ``engines`` table
-(``spec/handoff.json``: its handoff order and default block size); nothing else names it.
+Adding an engine touches two places: its entry in the handoff spec's ``engines`` table
+(``spec/handoff.json``: its handoff order and default block size, which marks it as mocked) and
+its module ``dmocker/engines/<name>.py``, which declares ``ENGINE = EngineSpec(name, worker
+class)``.  The registry finds the module by the spec's name; nothing else names an engine.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Final
 
-from . import sglang, vllm
-from .engine_args import EngineArgs
+from .engine_args import EngineArgs, mock_engines
 from .engine_spec import EngineSpec
 from .interface import EngineWorker
 
 __all__ = ["ENGINES", "engine_names", "engine_spec", "make_worker"]
 
-#: Every mock engine, in the order listings show them.
-ENGINES: Final[tuple[EngineSpec, ...]] = (vllm.ENGINE, sglang.ENGINE)
+
+def _load(name: str) -> EngineSpec:
+    """The ``ENGINE`` declared by the module of the spec's engine ``name``."""
+    module_name = f"{__package__}.{name.replace('-', '_')}"
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name != module_name:
+            raise
+        raise ImportError(f"the handoff spec gives engine {name!r} a default block size (a mock), "
+                          f"but there is no module {module_name}") from None
+    spec = getattr(module, "ENGINE", None)
+    if not isinstance(spec, EngineSpec) or spec.name != name:
+        raise ImportError(f"{module_name} must declare ENGINE = EngineSpec({name!r}, <worker class>)")
+    return spec
+
+
+#: Every mock engine, in the spec's order (the order listings show them).
+ENGINES: Final[tuple[EngineSpec, ...]] = tuple(_load(entry.name) for entry in mock_engines())
 
 
 def engine_names() -> tuple[str, ...]:
