@@ -21,8 +21,7 @@ import enum
 import heapq
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Final, Generic, TypeAlias, TypeVar, cast, final
+from typing import Final, Generic, TypeAlias, TypeVar, cast
 
 from .errors import DeadEndError, ReplayInvariantError
 
@@ -52,17 +51,6 @@ class EventKind(enum.IntEnum):
     TRANSFER_COMPLETE = 2
     TIMER = 3  # a callback at a time (fault injection, tests): its payload is the callback
     PLANNER_TICK = 4
-
-
-@final
-@dataclass(init=False, slots=True, unsafe_hash=True)
-class _Peek:
-    time_ms: Final[float]
-    kind: Final[EventKind]
-
-    def __init__(self, time_ms: float, kind: EventKind) -> None:
-        self.time_ms = time_ms
-        self.kind = kind
 
 
 #: A heap entry, ``(time_ms, kind, order_ms, rank, seq, payload)``, declared a tuple of any
@@ -113,10 +101,9 @@ class EventQueue(Generic[P]):
         _heappush(self._heap, (time_ms, kind, order_ms, rank, self._seq, payload))
         self._seq += 1
 
-    def peek(self) -> _Peek | None:
-        if not self._heap:
-            return None
-        return _Peek(top_time(self._heap), EventKind(top_kind(self._heap)))
+    def top_is(self, kind: EventKind) -> bool:
+        """Whether the earliest event is of ``kind`` (False when the queue is empty)."""
+        return bool(self._heap) and top_kind(self._heap) == kind
 
     def peek_payload(self) -> P | None:
         return cast(P, self._heap[0][5]) if self._heap else None

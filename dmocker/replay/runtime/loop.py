@@ -305,8 +305,7 @@ class DisaggRuntime:
         live = self.table.live
         table = self.table
         while True:
-            top = events.peek()
-            if top is None or top.kind is not EventKind.TRANSFER_COMPLETE:
+            if not events.top_is(EventKind.TRANSFER_COMPLETE):
                 break
             payload = cast("tuple[int, int]", events.peek_payload())
             if payload[1] in live:
