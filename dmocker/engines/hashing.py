@@ -135,23 +135,22 @@ def block_hashes_from_trace(
         ids = np.fromiter(hash_ids[:n_ids], dtype=np.uint64, count=n_ids)
         local = _mix(np.repeat(ids * _K1, r)[:n_blocks] + _sub_plus_one(r, n_blocks))
     else:
-        if True:
-            vals: list[int] = []
-            for blk in range(n_blocks):
-                start, end = blk * block_size, (blk + 1) * block_size
-                h = 0
-                p = start
-                while p < end:
-                    j, off = divmod(p, trace_block_size)
-                    cnt = min(end - p, trace_block_size - off)
-                    piece = np.array(
-                        [(int(hash_ids[j]) * 0x9E3779B97F4A7C15 + off * 0x10001 + cnt + h) & _MASK],
-                        dtype=np.uint64,
-                    )
-                    h = int(_mix(piece)[0])
-                    p += cnt
-                vals.append(h)
-            local = np.array(vals, dtype=np.uint64)
+        vals: list[int] = []
+        for blk in range(n_blocks):
+            start, end = blk * block_size, (blk + 1) * block_size
+            h = 0
+            p = start
+            while p < end:
+                j, off = divmod(p, trace_block_size)
+                cnt = min(end - p, trace_block_size - off)
+                piece = np.array(
+                    [(int(hash_ids[j]) * 0x9E3779B97F4A7C15 + off * 0x10001 + cnt + h) & _MASK],
+                    dtype=np.uint64,
+                )
+                h = int(_mix(piece)[0])
+                p += cnt
+            vals.append(h)
+        local = np.array(vals, dtype=np.uint64)
     return tuple(chain_local_hashes(local).tolist())
 
 
