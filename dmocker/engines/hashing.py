@@ -227,11 +227,13 @@ def block_hashes_from_trace_batch(
     s ^= _len_salt(total) - np.repeat(blk_start.astype(np.uint64) * _K2, counts)
     hashed = _mix(s)
     hashed &= _HASH_MASK
-    out: list[int] = hashed.tolist()  # (a list: sliced per row below)
+    # each row's hashes from its own slice: one list of all of them (millions of pointers on a
+    # long trace) would be built only to be copied out again row by row
     result: list[tuple[int, ...]] = []
     pos = 0
     for c_ in counts_l:
-        result.append(tuple(out[pos:pos + c_]))
+        row: list[int] = hashed[pos:pos + c_].tolist()
+        result.append(tuple(row))
         pos += c_
     return result
 
