@@ -84,6 +84,8 @@ def test_wheel_ships_the_spec_files(wheel: Path) -> None:
         assert shipped == (ROOT / "spec" / name).read_bytes()  # the repository's spec/, copied
     assert not any(n.endswith(".data/data/share/dmocker/spec/handoff.json") for n in names)
     assert not any(n.startswith("tests/") for n in names)
+    # the bundled model presets (--model NAME) are package data too
+    assert zipfile.ZipFile(wheel).read("dmocker/models/presets.json") == (ROOT / "dmocker" / "models" / "presets.json").read_bytes()
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
+from dmocker.models.dtypes import KvCacheDtype
 from dmocker.replay.config import DEFAULT_SYNTHETIC, NAMES, SOURCE, ConfigError, ReplayConfig
 from dmocker.replay.config_file import field_line, load_config
 from dmocker.replay.routing import QueuePolicy, RouterConfig
@@ -70,7 +71,14 @@ FLAGS: tuple[tuple[str, tuple[Flag, ...]], ...] = (
         Flag("--speedup-ratio", float_arg, "divide pass times by this (default 1)"),
         Flag("--decode-speedup-ratio", float_arg, "extra divisor for decode time (default 1)"),
         Flag("--kv-transfer-bandwidth", float_arg, "KV transfer bandwidth, decimal GB/s", metavar="GB_S"),
-        Flag("--kv-bytes-per-token", int_arg, "KV bytes per token (reference: kv_transfer_bytes_per_token)"),
+        Flag("--kv-bytes-per-token", int_arg, "KV bytes per token (reference: kv_transfer_bytes_per_token; "
+             "default: from --model)"),
+        Flag("--model", str, "the model served: a bundled preset or a config.json (or its folder); sets the KV "
+             "bytes per token unless --kv-bytes-per-token is given (docs/models.md)", metavar="NAME|PATH"),
+        Flag("--kv-cache-dtype", str, "with --model: KV cache element type (default auto: the model's dtype)",
+             choices=tuple(d.value for d in KvCacheDtype)),
+        Flag("--tensor-parallel-size", int_arg, "with --model: tensor-parallel ranks per worker; KV heads are "
+             "split across them (default 1)", metavar="TP"),
         Flag("--kv-transfer-timing-mode", str, "tokens a transfer is charged for (default full-prompt)",
              choices=("full-prompt", "destination-missing")),
     )),

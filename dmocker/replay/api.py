@@ -114,6 +114,9 @@ def _replay(config: ReplayConfig, stepping: DecodeStepping, progress: bool) -> R
     )
     sla = SlaThresholds(config.sla.ttft_ms, config.sla.itl_ms, config.sla.e2e_ms)
     report_config = config.to_json(outputs=False)
+    derived = config.derived()
+    if derived:
+        report_config["derived"] = derived
     per_request, events = config.outputs.per_request, config.outputs.events
 
     # ---- run: the runtime, its workers, routers and collector, driven by the config ---------

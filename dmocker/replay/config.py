@@ -38,6 +38,7 @@ from .config_sections import (
     SCHEMA,
     ClusterConfig,
     LimitsConfig,
+    ModelConfig,
     OutputsConfig,
     PlannerConfig,
     PoolConfig,
@@ -53,6 +54,8 @@ from .routing.config import RouterConfig
 from .workload.types import WorkloadError
 
 if TYPE_CHECKING:
+    from dmocker.models.kv_size import KvSize
+
     CoordinatorFactory: TypeAlias = Callable[..., object]
 
 __all__ = [
@@ -81,9 +84,10 @@ __all__ = [
 ]
 
 
-REPORT_ONLY = ("capped",)
-"""Keys the report adds to its ``config`` section about the run's outcome (``capped``: the time
-cap stopped the run); read back, they are skipped."""
+REPORT_ONLY = ("capped", "derived")
+"""Keys the report adds to its ``config`` section about the run (``capped``: the time cap
+stopped the run; ``derived``: where numbers not given came from, :meth:`ReplayConfig.derived`);
+read back, they are skipped."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +103,7 @@ class ReplayConfig:
     prefill: PoolConfig = field(default_factory=PoolConfig)
     decode: PoolConfig = field(default_factory=PoolConfig)
     transfer: TransferConfig = field(default_factory=TransferConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
     router: RoutingConfig = field(default_factory=RoutingConfig)
     planner: PlannerConfig = field(default_factory=PlannerConfig)
     faults: FaultPlan = field(default_factory=FaultPlan)
@@ -146,7 +151,42 @@ class ReplayConfig:
         workload = self.workload
         if workload.kind is WorkloadKind.SYNTHETIC and workload.synthetic is None:
             workload = dataclasses.replace(workload, synthetic=DEFAULT_SYNTHETIC)
-        return dataclasses.replace(self, prefill=pool(self.prefill), decode=pool(self.decode), workload=workload)
+        return dataclasses.replace(self, prefill=pool(self.prefill), decode=pool(self.decode),
+                                   transfer=self._transfer(), workload=workload)
+
+    def _transfer(self) -> TransferConfig:
+        """``transfer`` with the model's KV bytes per token when none is given."""
+        t = self.transfer
+        if t.kv_bytes_per_token is None and self.model.name is not None:
+            t = dataclasses.replace(t, kv_bytes_per_token=self.model_kv_size().bytes_per_token)
+        return t
+
+    def model_kv_size(self) -> KvSize:
+        """The KV cache per token of ``model`` (which must be set) on one tensor-parallel rank."""
+        from dmocker.models.kv_size import kv_size  # the readers load only with a model
+        from dmocker.models.load import load_model
+
+        m = self.model
+        assert m.name is not None
+        return kv_size(load_model(m.name), m.kv_cache_dtype, m.tensor_parallel_size)
+
+    def derived(self) -> dict[str, JsonValue]:
+        """Where the numbers not given explicitly came from (the report's ``derived`` entry in
+        its ``config`` section): with a model and no explicit ``transfer.kv_bytes_per_token``,
+        the model's KV size and its arithmetic."""
+        if self.model.name is None or self.transfer.kv_bytes_per_token is not None:
+            return {}
+        from dmocker.models.load import load_model
+
+        size = self.model_kv_size()
+        arch = load_model(self.model.name)
+        entry: dict[str, JsonValue] = {
+            "value": size.bytes_per_token, "model": arch.name, "source": arch.source, "arithmetic": size.arithmetic,
+        }
+        if size.window is not None:
+            entry["note"] = (f"sliding-window layers are counted at every token: exact for prompts up to "
+                             f"{size.window} tokens, an upper bound beyond")
+        return {"transfer.kv_bytes_per_token": entry}
 
     # ---- by name -----------------------------------------------------------------------------
 
@@ -173,7 +213,7 @@ class ReplayConfig:
     def engine_args(self) -> tuple[EngineArgs, EngineArgs]:
         """Both pools' :class:`EngineArgs` (prefill, decode), validated."""
         engine = self.engine
-        t = self.transfer
+        t = self._transfer()
         out = []
         for pool, role in ((self.prefill, WorkerType.PREFILL), (self.decode, WorkerType.DECODE)):
             args = EngineArgs(
@@ -273,6 +313,9 @@ NAMES: dict[str, tuple[str, ...]] = {
     "kv_transfer_bandwidth": ("transfer.bandwidth_gb_s",),
     "kv_bytes_per_token": ("transfer.kv_bytes_per_token",),
     "kv_transfer_timing_mode": ("transfer.timing_mode",),
+    "model": ("model.name",),
+    "kv_cache_dtype": ("model.kv_cache_dtype",),
+    "tensor_parallel_size": ("model.tensor_parallel_size",),
     "router": ("router.name",),
     **{f.name: (f"router.kv.{f.name}",) for f in dataclasses.fields(RouterConfig)},
     "planner": ("planner.policy",),

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, TypeAlias
 from dmocker.engines.engine_args import DecodeKvAccounting
 from dmocker.engines.registry import engine_names, engine_spec
 from dmocker.handoff import TransferTimingMode, load_spec
+from dmocker.models.dtypes import KvCacheDtype
 
 from .config_schema import Bound, Check, PythonObject, Schema
 from .faults import FaultPlan, ScheduledFault, WorkerCrash, parse_worker_crash
@@ -32,6 +33,7 @@ __all__ = [
     "ClusterConfig",
     "DEFAULT_SYNTHETIC",
     "LimitsConfig",
+    "ModelConfig",
     "OutputsConfig",
     "PlannerConfig",
     "PoolConfig",
@@ -92,6 +94,18 @@ class TransferConfig:
     bandwidth_gb_s: float | None = None
     kv_bytes_per_token: int | None = None
     timing_mode: TransferTimingMode = TransferTimingMode.FULL_PROMPT
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The model served (docs/models.md): ``name`` is a bundled preset or the path of a Hugging
+    Face style ``config.json`` (or its folder); with it, ``transfer.kv_bytes_per_token`` when not
+    given is the model's KV cache per token on one of ``tensor_parallel_size`` ranks, in
+    ``kv_cache_dtype`` (``auto``: the model's own dtype)."""
+
+    name: str | None = None
+    kv_cache_dtype: KvCacheDtype = KvCacheDtype.AUTO
+    tensor_parallel_size: int = 1
 
 
 @dataclass(frozen=True)
@@ -213,6 +227,19 @@ def _known_engine(value: object) -> str | None:
     return None
 
 
+def _model_name(value: object) -> str | None:
+    if value is None:
+        return None
+    from dmocker.models.kv_size import ModelConfigError  # the readers load only with a model
+    from dmocker.models.load import load_model
+
+    try:
+        load_model(str(value))
+    except ModelConfigError as exc:
+        return str(exc)
+    return None
+
+
 def _router_name(value: object) -> str | None:
     text = str(value).strip()
     key = text.lower().replace("_", "-")
@@ -268,6 +295,7 @@ _BOUNDS: dict[tuple[type, str], Bound] = {
     (PoolConfig, "fixed_decode_ms"): _AT_LEAST_0,
     (TransferConfig, "bandwidth_gb_s"): _AT_LEAST_0,
     (TransferConfig, "kv_bytes_per_token"): _AT_LEAST_0,
+    (ModelConfig, "tensor_parallel_size"): _AT_LEAST_1,
     (RoutingConfig, "seed"): _AT_LEAST_0,
     **{(RouterConfig, f.name): _AT_LEAST_0 for f in dataclasses.fields(RouterConfig)},
     (PlannerConfig, "startup_time_s"): _AT_LEAST_0,
@@ -301,6 +329,7 @@ _BOUNDS: dict[tuple[type, str], Bound] = {
 
 _CHECKS: dict[tuple[type, str], Check] = {
     (ClusterConfig, "engine"): _known_engine,
+    (ModelConfig, "name"): _model_name,
     (RoutingConfig, "name"): _router_name,
     (PlannerConfig, "policy"): _planner_policy,
     (WorkloadConfig, "explicit"): _explicit_workload,
