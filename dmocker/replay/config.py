@@ -64,6 +64,7 @@ __all__ = [
     "ConfigValue",
     "DEFAULT_SYNTHETIC",
     "LimitsConfig",
+    "ModelConfig",
     "NAMES",
     "OutputsConfig",
     "REPORT_ONLY",
