@@ -19,6 +19,7 @@ from dmocker.models.dtypes import KvCacheDtype
 from dmocker.replay.config import DEFAULT_SYNTHETIC, NAMES, SOURCE, ConfigError, ReplayConfig
 from dmocker.replay.config_file import field_line, load_config
 from dmocker.replay.routing import QueuePolicy, RouterConfig
+from dmocker.replay.workload.formats import TraceFormat
 
 from .io import float_arg, int_arg
 
@@ -84,6 +85,9 @@ FLAGS: tuple[tuple[str, tuple[Flag, ...]], ...] = (
     )),
     ("replay", (
         Flag("--trace-block-size", int_arg, "tokens per trace hash id (default 512)"),
+        Flag("--trace-format", str, "how TRACE is read (default auto: Mooncake JSONL, or the Azure LLM "
+             "inference or BurstGPT CSV traces, told by the first line)",
+             choices=tuple(f.value for f in TraceFormat)),
         Flag("--arrival-speedup-ratio", float_arg, "divide arrival times by this (default 1)"),
         Flag("--max-in-flight", int_arg, "concurrency mode: sessions in flight"),
         Flag("--sla-ttft-ms", float_arg, "goodput bound on TTFT; built-in planners' TTFT target (default 500)"),

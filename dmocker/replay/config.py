@@ -306,6 +306,7 @@ NAMES: dict[str, tuple[str, ...]] = {
     "seed": ("router.seed", SOURCE + "seed"),
     "trace_block_size": (SOURCE + "trace_block_size",),
     "clamp_input_length": ("workload.trace.clamp_input_length",),
+    "trace_format": ("workload.trace.format",),
     "arrival_speedup_ratio": ("workload.arrival_speedup_ratio",),
     "engine": ("cluster.engine",),
     "prefill_workers": ("cluster.prefill_workers",),

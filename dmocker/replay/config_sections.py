@@ -21,6 +21,7 @@ from dmocker.models.dtypes import KvCacheDtype
 from .config_schema import Bound, Check, PythonObject, Schema
 from .faults import FaultPlan, ScheduledFault, WorkerCrash, parse_worker_crash
 from .routing.config import RouterConfig
+from .workload.formats import TraceFormat
 from .workload.synthetic import SyntheticSpec
 
 if TYPE_CHECKING:  # for the type checker only: at run time these fields are PythonObject
@@ -136,12 +137,15 @@ class PlannerConfig:
 
 @dataclass(frozen=True)
 class TraceFile:
-    """A Mooncake JSONL trace: ``trace_block_size`` tokens per hash id; ``clamp_input_length``
-    reproduces the reference's silent clamp of ``input_length`` to what the hash ids hold."""
+    """A trace file: Mooncake JSONL, or the Azure LLM inference or BurstGPT CSV traces
+    (``format``; ``auto``: told by the file's first line).  ``trace_block_size`` tokens per hash
+    id; ``clamp_input_length`` (Mooncake) reproduces the reference's silent clamp of
+    ``input_length`` to what the hash ids hold."""
 
     path: str
     trace_block_size: int = 512
     clamp_input_length: bool = False
+    format: TraceFormat = TraceFormat.AUTO
 
 
 class WorkloadKind(enum.Enum):
