@@ -65,7 +65,7 @@ FLAGS: tuple[tuple[str, tuple[Flag, ...]], ...] = (
         Flag("--prefill-workers", int_arg, "prefill pool size (default 2)"),
         Flag("--decode-workers", int_arg, "decode pool size (default 2)"),
         Flag("--block-size", int_arg, "KV block (page) size in tokens (default: vllm 64, sglang 1)"),
-        Flag("--num-gpu-blocks", int_arg, "KV blocks per worker (default 16384)"),
+        Flag("--num-gpu-blocks", int_arg, "KV blocks per worker (default 16384, or from --gpu-memory-gb)"),
         Flag("--max-num-seqs", int_arg, "running requests per worker (default 256)"),
         Flag("--max-num-batched-tokens", int_arg, "token budget per pass (default 8192)"),
         Flag("--max-model-len", int_arg, "longest sequence (default: no limit)"),
@@ -80,6 +80,12 @@ FLAGS: tuple[tuple[str, tuple[Flag, ...]], ...] = (
              choices=tuple(d.value for d in KvCacheDtype)),
         Flag("--tensor-parallel-size", int_arg, "with --model: tensor-parallel ranks per worker; KV heads are "
              "split across them (default 1)", metavar="TP"),
+        Flag("--gpu-memory-gb", float_arg, "with --model: a GPU's memory, decimal GB; the KV blocks per worker "
+             "are what fits after the weights, unless --num-gpu-blocks is given", metavar="GB"),
+        Flag("--gpu-memory-utilization", float_arg, "with --gpu-memory-gb: the share of it the engine uses "
+             "(default 0.9, as vLLM)", metavar="FRACTION"),
+        Flag("--weights-gb", float_arg, "with --gpu-memory-gb: the weights' size, decimal GB (default: estimated "
+             "from a dense model's config)", metavar="GB"),
         Flag("--kv-transfer-timing-mode", str, "tokens a transfer is charged for (default full-prompt)",
              choices=("full-prompt", "destination-missing")),
     )),

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from .dtypes import KvCacheDtype
 
-__all__ = ["AttentionKind", "KvSize", "ModelArch", "ModelConfigError", "kv_size"]
+__all__ = ["AttentionKind", "KvSize", "ModelArch", "ModelConfigError", "Weights", "kv_size", "weights_size"]
 
 
 class ModelConfigError(ValueError):
@@ -67,6 +67,8 @@ class ModelArch:
     dtype: str  # the model's own dtype (torch_dtype)
     sliding_window: int | None  # tokens a windowed layer keeps
     sliding_layers: int  # how many of num_layers are windowed
+    dense: Mapping[str, int | bool] | None = None  # a dense model's other sizes (weights_size); None: not read
+    experts: bool = False  # a mixture of experts (its weights are not estimated)
 
     @staticmethod
     def from_config(config: Mapping[str, object], *, name: str, source: str) -> ModelArch:
@@ -92,9 +94,11 @@ class ModelArch:
             raise ModelConfigError(f"{source}: field 'torch_dtype' must be one of "
                                    f"{', '.join(sorted(_DTYPE_BYTES))}, not {dtype_value!r}")
         window, windowed = _windows(config, layers, source)
+        experts = any(config.get(k) for k in _EXPERT_FIELDS)
         if config.get("kv_lora_rank") is not None:
             return ModelArch(name, source, AttentionKind.MLA, layers, 0, 0, integer("kv_lora_rank"),
-                             integer("qk_rope_head_dim", minimum=0), dtype_value, window, windowed)
+                             integer("qk_rope_head_dim", minimum=0), dtype_value, window, windowed,
+                             experts=experts)
         heads = integer("num_attention_heads")
         kv_heads = integer("num_key_value_heads", default=heads)
         if config.get("head_dim") is not None:
@@ -105,8 +109,18 @@ class ModelArch:
                 raise ModelConfigError(f"{source}: no 'head_dim', and hidden_size {hidden} is not a multiple "
                                        f"of num_attention_heads {heads}")
             head_dim = hidden // heads
+        dense: dict[str, int | bool] | None = None
+        if all(config.get(k) is not None for k in ("hidden_size", "intermediate_size", "vocab_size")):
+            tied = config.get("tie_word_embeddings", False)
+            dense = {"hidden_size": integer("hidden_size"), "intermediate_size": integer("intermediate_size"),
+                     "vocab_size": integer("vocab_size"), "num_attention_heads": heads,
+                     "tie_word_embeddings": bool(tied)}
         return ModelArch(name, source, AttentionKind.STANDARD, layers, kv_heads, head_dim, 0, 0, dtype_value,
-                         window, windowed)
+                         window, windowed, dense, experts)
+
+
+#: Config fields whose presence marks a mixture of experts (Mixtral, Qwen-MoE, DeepSeek, gpt-oss).
+_EXPERT_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts")
 
 
 def _windows(config: Mapping[str, object], layers: int, source: str) -> tuple[int | None, int]:
@@ -172,3 +186,40 @@ def kv_size(arch: ModelArch, kv_cache_dtype: KvCacheDtype = KvCacheDtype.AUTO, t
         arithmetic += (f"; {arch.sliding_layers} sliding-window layers x {per_layer} B = {windowed} B per token"
                        f" for the last {arch.sliding_window} tokens")
     return KvSize(full, windowed, arch.sliding_window, arithmetic)
+
+
+@dataclass(frozen=True)
+class Weights:
+    """A model's weights on one tensor-parallel rank, with how the size was computed."""
+
+    params: int  # of the whole model
+    bytes_per_rank: int
+    arithmetic: str
+
+
+def weights_size(arch: ModelArch, tp: int = 1) -> Weights:
+    """The weights of a dense transformer (standard attention, gated MLP, as Llama, Qwen and
+    Mistral are) from its config, in its own dtype, split evenly over ``tp`` ranks.  Norms and
+    biases (a few millionths of the total) are left out.  A mixture of experts, MLA and
+    quantized checkpoints are not estimated: :class:`ModelConfigError` asks for the size."""
+    if tp < 1:
+        raise ModelConfigError(f"tensor parallel size must be >= 1, not {tp}")
+    if arch.experts or arch.attention is not AttentionKind.STANDARD or arch.dense is None:
+        why = ("a mixture of experts" if arch.experts else "multi-head latent attention"
+               if arch.attention is AttentionKind.MLA else "a config without hidden_size, intermediate_size and vocab_size")
+        raise ModelConfigError(f"{arch.source}: the weights of {why} are not estimated: give their size "
+                               "(--weights-gb)")
+    d = arch.dense
+    hidden, inter, vocab = int(d["hidden_size"]), int(d["intermediate_size"]), int(d["vocab_size"])
+    q = int(d["num_attention_heads"]) * arch.head_dim
+    kv = arch.num_kv_heads * arch.head_dim
+    attention = hidden * q + 2 * hidden * kv + q * hidden  # q, k, v, o projections
+    mlp = 3 * hidden * inter  # gate, up, down
+    embeddings = vocab * hidden * (1 if d["tie_word_embeddings"] else 2)  # input, and output unless tied
+    params = arch.num_layers * (attention + mlp) + embeddings
+    elem = _DTYPE_BYTES[arch.dtype]
+    per_rank = -(-params * elem // tp)
+    arithmetic = (f"{arch.num_layers} layers x ({attention:,} attention + {mlp:,} MLP) + {embeddings:,} embeddings "
+                  f"= {params:,} parameters x {elem} B ({arch.dtype})" + (f" / TP {tp}" if tp > 1 else "")
+                  + f" = {per_rank:,} B")
+    return Weights(params, per_rank, arithmetic)

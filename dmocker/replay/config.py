@@ -85,6 +85,8 @@ __all__ = [
 ]
 
 
+_DEFAULT_GPU_BLOCKS = EngineArgs().num_gpu_blocks  # a pool's KV blocks when nothing says otherwise
+
 REPORT_ONLY = ("capped", "derived")
 """Keys the report adds to its ``config`` section about the run (``capped``: the time cap
 stopped the run; ``derived``: where numbers not given came from, :meth:`ReplayConfig.derived`);
@@ -144,16 +146,29 @@ class ReplayConfig:
 
     def resolved(self) -> ReplayConfig:
         """The same run with the defaults that depend on other fields written in."""
-        block_size = EngineArgs(engine=self.engine).page_tokens  # the engine's default
-
-        def pool(p: PoolConfig) -> PoolConfig:
-            return dataclasses.replace(p, block_size=block_size) if p.block_size is None else p
-
+        transfer, prefill, decode = self._resolved_link_and_pools()
         workload = self.workload
         if workload.kind is WorkloadKind.SYNTHETIC and workload.synthetic is None:
             workload = dataclasses.replace(workload, synthetic=DEFAULT_SYNTHETIC)
-        return dataclasses.replace(self, prefill=pool(self.prefill), decode=pool(self.decode),
-                                   transfer=self._transfer(), workload=workload)
+        return dataclasses.replace(self, prefill=prefill, decode=decode, transfer=transfer, workload=workload)
+
+    def _resolved_link_and_pools(self) -> tuple[TransferConfig, PoolConfig, PoolConfig]:
+        """``transfer``, ``prefill`` and ``decode`` with their derived defaults written in (the
+        engine's block size, the model's KV bytes per token, the KV blocks that fit)."""
+        block_size = EngineArgs(engine=self.engine).page_tokens  # the engine's default
+        transfer = self._transfer()
+
+        def pool(p: PoolConfig) -> PoolConfig:
+            if p.block_size is None:
+                p = dataclasses.replace(p, block_size=block_size)
+            if p.num_gpu_blocks is None:
+                assert p.block_size is not None
+                blocks = (self._gpu_blocks(p.block_size, transfer)[0] if self.model.gpu_memory_gb is not None
+                          else _DEFAULT_GPU_BLOCKS)
+                p = dataclasses.replace(p, num_gpu_blocks=blocks)
+            return p
+
+        return transfer, pool(self.prefill), pool(self.decode)
 
     def _transfer(self) -> TransferConfig:
         """``transfer`` with the model's KV bytes per token when none is given."""
@@ -171,23 +186,56 @@ class ReplayConfig:
         assert m.name is not None
         return kv_size(load_model(m.name), m.kv_cache_dtype, m.tensor_parallel_size)
 
-    def derived(self) -> dict[str, JsonValue]:
-        """Where the numbers not given explicitly came from (the report's ``derived`` entry in
-        its ``config`` section): with a model and no explicit ``transfer.kv_bytes_per_token``,
-        the model's KV size and its arithmetic."""
-        if self.model.name is None or self.transfer.kv_bytes_per_token is not None:
-            return {}
+    def _gpu_blocks(self, block_size: int, transfer: TransferConfig) -> tuple[int, str]:
+        """KV blocks of ``block_size`` tokens that fit on one GPU of ``model.gpu_memory_gb`` after
+        the weights, and the arithmetic; checked when the configuration is built."""
+        from dmocker.models.kv_size import weights_size
         from dmocker.models.load import load_model
 
-        size = self.model_kv_size()
+        m = self.model
+        assert m.gpu_memory_gb is not None and m.name is not None and transfer.kv_bytes_per_token
+        if m.weights_gb is not None:
+            weights = round(m.weights_gb * 1e9 / m.tensor_parallel_size)
+            how = f"{m.weights_gb:g} GB weights" + (f" / TP {m.tensor_parallel_size}" if m.tensor_parallel_size > 1 else "")
+        else:
+            w = weights_size(load_model(m.name), m.tensor_parallel_size)
+            weights = w.bytes_per_rank
+            how = f"weights {w.arithmetic}"
+        budget = int(m.gpu_memory_gb * 1e9 * m.gpu_memory_utilization) - weights
+        per_block = block_size * transfer.kv_bytes_per_token
+        blocks = budget // per_block
+        arithmetic = (f"({m.gpu_memory_gb:g} GB x {m.gpu_memory_utilization:g} - {weights:,} B; {how}) "
+                      f"// ({block_size} tokens x {transfer.kv_bytes_per_token:,} B) = {blocks:,} blocks")
+        return blocks, arithmetic
+
+    def derived(self) -> dict[str, JsonValue]:
+        """Where the numbers not given explicitly came from (the report's ``derived`` entry in
+        its ``config`` section): with a model, its KV bytes per token and, with a GPU memory
+        size, each pool's KV blocks, with the arithmetic."""
+        out: dict[str, JsonValue] = {}
+        if self.model.name is None:
+            return out
+        from dmocker.models.load import load_model
+
         arch = load_model(self.model.name)
-        entry: dict[str, JsonValue] = {
-            "value": size.bytes_per_token, "model": arch.name, "source": arch.source, "arithmetic": size.arithmetic,
-        }
-        if size.window is not None:
-            entry["note"] = (f"sliding-window layers are counted at every token: exact for prompts up to "
-                             f"{size.window} tokens, an upper bound beyond")
-        return {"transfer.kv_bytes_per_token": entry}
+        if self.transfer.kv_bytes_per_token is None:
+            size = self.model_kv_size()
+            entry: dict[str, JsonValue] = {
+                "value": size.bytes_per_token, "model": arch.name, "source": arch.source,
+                "arithmetic": size.arithmetic,
+            }
+            if size.window is not None:
+                entry["note"] = (f"sliding-window layers are counted at every token: exact for prompts up to "
+                                 f"{size.window} tokens, an upper bound beyond")
+            out["transfer.kv_bytes_per_token"] = entry
+        if self.model.gpu_memory_gb is not None:
+            transfer, prefill, decode = self._resolved_link_and_pools()
+            for name, given, pool in (("prefill", self.prefill, prefill), ("decode", self.decode, decode)):
+                if given.num_gpu_blocks is None:
+                    assert pool.block_size is not None
+                    blocks, arithmetic = self._gpu_blocks(pool.block_size, transfer)
+                    out[f"{name}.num_gpu_blocks"] = {"value": blocks, "model": arch.name, "arithmetic": arithmetic}
+        return out
 
     # ---- by name -----------------------------------------------------------------------------
 
@@ -214,9 +262,9 @@ class ReplayConfig:
     def engine_args(self) -> tuple[EngineArgs, EngineArgs]:
         """Both pools' :class:`EngineArgs` (prefill, decode), validated."""
         engine = self.engine
-        t = self._transfer()
+        t, prefill, decode = self._resolved_link_and_pools()
         out = []
-        for pool, role in ((self.prefill, WorkerType.PREFILL), (self.decode, WorkerType.DECODE)):
+        for pool, role in ((prefill, WorkerType.PREFILL), (decode, WorkerType.DECODE)):
             args = EngineArgs(
                 engine=engine, worker_type=role, kv_bytes_per_token=t.kv_bytes_per_token,
                 kv_transfer_bandwidth=t.bandwidth_gb_s, kv_transfer_timing_mode=t.timing_mode,
@@ -275,6 +323,19 @@ def _check_across(c: ReplayConfig) -> None:
         if (pool.fixed_prefill_ms is None) != (pool.fixed_decode_ms is None):
             raise ConfigError("fixed timing needs both fixed_prefill_ms and fixed_decode_ms",
                               field=f"{name}.{'fixed_decode_ms' if pool.fixed_decode_ms is None else 'fixed_prefill_ms'}")
+    if c.model.gpu_memory_gb is not None and any(p.num_gpu_blocks is None for p in (c.prefill, c.decode)):
+        if c.model.name is None:
+            raise ConfigError("needs a model (model.name) to size the KV cache from", field="model.gpu_memory_gb")
+        from dmocker.models.kv_size import ModelConfigError
+
+        try:
+            transfer = c._transfer()
+            block_size = c.prefill.block_size or EngineArgs(engine=c.engine).page_tokens
+            blocks, arithmetic = c._gpu_blocks(block_size, transfer)
+        except ModelConfigError as exc:
+            raise ConfigError(str(exc), field="model.weights_gb") from None
+        if blocks < 1:
+            raise ConfigError(f"no room for the KV cache: {arithmetic}", field="model.gpu_memory_gb")
     try:
         prefill, decode = c.engine_args()
     except ValueError as exc:  # every field was checked above: what is left is the two together
@@ -318,6 +379,9 @@ NAMES: dict[str, tuple[str, ...]] = {
     "model": ("model.name",),
     "kv_cache_dtype": ("model.kv_cache_dtype",),
     "tensor_parallel_size": ("model.tensor_parallel_size",),
+    "gpu_memory_gb": ("model.gpu_memory_gb",),
+    "gpu_memory_utilization": ("model.gpu_memory_utilization",),
+    "weights_gb": ("model.weights_gb",),
     "router": ("router.name",),
     **{f.name: (f"router.kv.{f.name}",) for f in dataclasses.fields(RouterConfig)},
     "planner": ("planner.policy",),

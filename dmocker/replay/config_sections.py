@@ -65,10 +65,12 @@ class ClusterConfig:
 class PoolConfig:
     """One pool's engine arguments (names and defaults of the reference's ``MockEngineArgs``;
     :class:`~dmocker.engines.interface.EngineArgs` documents each).  ``block_size`` None: the
-    engine's default (the spec's ``engines`` table).  The KV link's settings are in ``transfer``."""
+    engine's default (the spec's ``engines`` table).  ``num_gpu_blocks`` None: derived from
+    ``model.gpu_memory_gb`` when that is given, else 16384.  The KV link's settings are in
+    ``transfer``."""
 
     block_size: int | None = None
-    num_gpu_blocks: int = 16384
+    num_gpu_blocks: int | None = None
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
     max_model_len: int | None = None
@@ -102,11 +104,16 @@ class ModelConfig:
     """The model served (docs/models.md): ``name`` is a bundled preset or the path of a Hugging
     Face style ``config.json`` (or its folder); with it, ``transfer.kv_bytes_per_token`` when not
     given is the model's KV cache per token on one of ``tensor_parallel_size`` ranks, in
-    ``kv_cache_dtype`` (``auto``: the model's own dtype)."""
+    ``kv_cache_dtype`` (``auto``: the model's own dtype).  With ``gpu_memory_gb`` (decimal GB a
+    GPU has), a pool's ``num_gpu_blocks`` when not given is what fits in ``gpu_memory_utilization``
+    of it after the weights (estimated from the config, or ``weights_gb``), on one rank."""
 
     name: str | None = None
     kv_cache_dtype: KvCacheDtype = KvCacheDtype.AUTO
     tensor_parallel_size: int = 1
+    gpu_memory_gb: float | None = None
+    gpu_memory_utilization: float = 0.9
+    weights_gb: float | None = None
 
 
 @dataclass(frozen=True)
@@ -300,6 +307,9 @@ _BOUNDS: dict[tuple[type, str], Bound] = {
     (TransferConfig, "bandwidth_gb_s"): _AT_LEAST_0,
     (TransferConfig, "kv_bytes_per_token"): _AT_LEAST_0,
     (ModelConfig, "tensor_parallel_size"): _AT_LEAST_1,
+    (ModelConfig, "gpu_memory_gb"): _ABOVE_0,
+    (ModelConfig, "gpu_memory_utilization"): Bound(0, maximum=1, exclusive=True),
+    (ModelConfig, "weights_gb"): _AT_LEAST_0,
     (RoutingConfig, "seed"): _AT_LEAST_0,
     **{(RouterConfig, f.name): _AT_LEAST_0 for f in dataclasses.fields(RouterConfig)},
     (PlannerConfig, "startup_time_s"): _AT_LEAST_0,

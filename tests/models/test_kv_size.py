@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dmocker.models.dtypes import KvCacheDtype
-from dmocker.models.kv_size import ModelConfigError, kv_size
+from dmocker.models.kv_size import ModelConfigError, kv_size, weights_size
 from dmocker.models.load import load_model, preset_names
 
 # Each preset's value worked out by hand from its config (bfloat16: 2 bytes an element).
@@ -105,3 +105,33 @@ def test_unknown_names_list_the_presets(tmp_path: Path) -> None:
     bad.write_text("{\n  oops\n}")
     with pytest.raises(ModelConfigError, match=r"config.json:2: not JSON"):
         load_model(str(bad))
+
+
+# Published parameter counts (the model cards): the dense presets' weights estimate agrees to 0.5 %.
+PUBLISHED_PARAMS = {
+    "meta-llama/Llama-3.1-8B-Instruct": 8.03e9,
+    "meta-llama/Llama-3.1-70B-Instruct": 70.6e9,
+    "Qwen/Qwen2.5-7B-Instruct": 7.61e9,
+    "Qwen/Qwen3-32B": 32.8e9,
+    "mistralai/Mistral-7B-Instruct-v0.3": 7.25e9,
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_PARAMS))
+def test_dense_weights_match_the_published_parameter_counts(name: str) -> None:
+    w = weights_size(load_model(name))
+    assert abs(w.params / PUBLISHED_PARAMS[name] - 1) < 0.005, w.params
+    assert w.bytes_per_rank == 2 * w.params  # bfloat16
+    assert weights_size(load_model(name), tp=4).bytes_per_rank == -(-2 * w.params // 4)
+
+
+def test_llama_8b_weights_by_hand() -> None:
+    # 32 x (4096*4096 q + 2*4096*1024 k, v + 4096*4096 o + 3*4096*14336 MLP) + 2*128256*4096 embeddings
+    assert weights_size(load_model("meta-llama/Llama-3.1-8B-Instruct")).params == (
+        32 * (4096 * 4096 * 2 + 2 * 4096 * 1024 + 3 * 4096 * 14336) + 2 * 128256 * 4096)
+
+
+@pytest.mark.parametrize("name", ["deepseek-ai/DeepSeek-V3", "openai/gpt-oss-20b"])
+def test_experts_and_mla_weights_are_not_guessed(name: str) -> None:
+    with pytest.raises(ModelConfigError, match="not estimated: give their size"):
+        weights_size(load_model(name))

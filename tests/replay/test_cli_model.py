@@ -79,3 +79,41 @@ def test_a_config_file_names_the_model(tmp_path: Path) -> None:
     out = tmp_path / "report.json"
     assert main(["--config", str(conf), "--quiet", "--out", str(out)]) == 0
     assert json.loads(out.read_text())["config"]["transfer"]["kv_bytes_per_token"] == 57344
+
+
+def test_gpu_memory_sizes_the_kv_blocks_after_the_weights(tmp_path: Path) -> None:
+    config = _report(tmp_path, "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu-memory-gb", "80")["config"]
+    assert isinstance(config, dict)
+    weights = 2 * (32 * (4096 * 4096 * 2 + 2 * 4096 * 1024 + 3 * 4096 * 14336) + 2 * 128256 * 4096)  # bf16
+    blocks = (int(80e9 * 0.9) - weights) // (64 * 131072)  # vLLM blocks of 64 tokens
+    assert config["prefill"]["num_gpu_blocks"] == config["decode"]["num_gpu_blocks"] == blocks == 6668
+    derived = config["derived"]["decode.num_gpu_blocks"]
+    assert derived["value"] == blocks and "80 GB x 0.9" in derived["arithmetic"]
+
+
+def test_an_explicit_block_count_or_weights_size_wins(tmp_path: Path) -> None:
+    config = _report(tmp_path, "--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu-memory-gb", "80",
+                     "--num-gpu-blocks", "1000")["config"]
+    assert isinstance(config, dict)
+    assert config["prefill"]["num_gpu_blocks"] == 1000 and "decode.num_gpu_blocks" not in config["derived"]
+    # a mixture of experts needs its weights' size: 40 GB over TP 8 leaves 72 - 5 GB of an 80 GB GPU
+    config = _report(tmp_path, "--model", "openai/gpt-oss-20b", "--gpu-memory-gb", "80", "--weights-gb", "40",
+                     "--tensor-parallel-size", "8")["config"]
+    assert isinstance(config, dict)
+    per_token = 24 * 2 * 1 * 64 * 2  # 8 KV heads over TP 8: one a rank
+    assert config["decode"]["num_gpu_blocks"] == (int(80e9 * 0.9) - 5 * 10**9) // (64 * per_token)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--model", "openai/gpt-oss-20b", "--gpu-memory-gb", "80"], "model.weights_gb"),
+    (["--model", "meta-llama/Llama-3.1-70B-Instruct", "--gpu-memory-gb", "80"], "no room for the KV cache"),
+    (["--gpu-memory-gb", "80"], "needs a model"),
+    (["--model", "Qwen/Qwen3-32B", "--gpu-memory-gb", "80", "--gpu-memory-utilization", "1.5"],
+     "model.gpu_memory_utilization"),
+])
+def test_bad_gpu_memory_settings_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                        args: list[str], message: str) -> None:
+    out = tmp_path / "report.json"
+    assert main([*SMALL, *args, "--out", str(out)]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()

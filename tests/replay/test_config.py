@@ -110,7 +110,10 @@ def test_pool_config_mirrors_the_engine_arguments() -> None:
     pool = {f.name: f.default for f in dataclasses.fields(PoolConfig)}
     args = {f.name: f.default for f in dataclasses.fields(EngineArgs)}
     elsewhere = {"engine", "worker_type", "kv_bytes_per_token", "kv_transfer_bandwidth", "kv_transfer_timing_mode"}
-    assert pool == {k: v for k, v in args.items() if k not in elsewhere}
+    # a pool's num_gpu_blocks is None until resolved: the engine's default, or from model.gpu_memory_gb
+    assert pool.pop("num_gpu_blocks") is None
+    assert ReplayConfig().resolved().prefill.num_gpu_blocks == args["num_gpu_blocks"]
+    assert pool == {k: v for k, v in args.items() if k not in elsewhere and k != "num_gpu_blocks"}
 
 
 # ---- round trips -------------------------------------------------------------------------------
