@@ -91,6 +91,14 @@ def test_bad_rows_name_the_file_line_and_field(tmp_path: Path, text: str, where:
     assert str(info.value).startswith(path + where), str(info.value)
 
 
+def test_a_trace_with_nothing_to_replay_is_refused(tmp_path: Path) -> None:
+    for text in ("TIMESTAMP,ContextTokens,GeneratedTokens\n",
+                 "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n1,ChatGPT,5,0,5,x\n"):
+        path = _write(tmp_path, text)
+        with pytest.raises(WorkloadError, match="no requests to replay"):
+            CsvTrace(path, detect_format(path))
+
+
 def test_an_unknown_header_is_refused(tmp_path: Path) -> None:
     path = _write(tmp_path, "time,prompt,completion\n1,2,3\n")
     with pytest.raises(WorkloadError, match=r"trace.csv:1: not a trace format dmocker reads"):

@@ -60,6 +60,9 @@ class CsvTrace:
         self._count = 0
         for _ in self._rows():  # the checking pass: counts the requests, finds the first time
             self._count += 1
+        if not self._count:
+            raise WorkloadError("no requests to replay (a header only, or no row with output tokens)",
+                                path=self._path)
 
     @property
     def trace_block_size(self) -> int:
