@@ -71,6 +71,8 @@ FLAGS: tuple[tuple[str, tuple[Flag, ...]], ...] = (
         Flag("--max-model-len", int_arg, "longest sequence (default: no limit)"),
         Flag("--speedup-ratio", float_arg, "divide pass times by this (default 1)"),
         Flag("--decode-speedup-ratio", float_arg, "extra divisor for decode time (default 1)"),
+        Flag("--timing-profile", str, "pass times from a measured profile instead of the polynomial: the "
+             "mocker's perf_data.npz or a CSV phase,tokens,context_length,ms (docs/models.md)", metavar="FILE"),
         Flag("--kv-transfer-bandwidth", float_arg, "KV transfer bandwidth, decimal GB/s", metavar="GB_S"),
         Flag("--kv-bytes-per-token", int_arg, "KV bytes per token (reference: kv_transfer_bytes_per_token; "
              "default: from --model)"),

@@ -87,6 +87,7 @@ class EngineArgs:
     kv_transfer_timing_mode: TransferTimingMode = TransferTimingMode.FULL_PROMPT
     fixed_prefill_ms: float | None = None
     fixed_decode_ms: float | None = None
+    timing_profile: str | None = None  # a measured profile's file (dmocker/engines/profile.py)
     decode_kv_accounting: DecodeKvAccounting = DecodeKvAccounting.LOGICAL
     # SGLang knobs (ignored by vLLM).
     max_prefill_tokens: int = 16384
@@ -173,6 +174,17 @@ class EngineArgs:
                 raise bad(name, "must be a finite number >= 0 or None")
         if (self.fixed_prefill_ms is None) != (self.fixed_decode_ms is None):
             raise bad("fixed_prefill_ms", "fixed timing needs both fixed_prefill_ms and fixed_decode_ms")
+        if self.timing_profile is not None:
+            if not isinstance(self.timing_profile, str):
+                raise bad("timing_profile", "must be the path of a profile file or None")
+            if self.fixed_timing:
+                raise bad("timing_profile", "give a timing profile or fixed timing, not both")
+            from .profile import ProfileError, load_profile  # (read only when a profile is given)
+
+            try:
+                load_profile(self.timing_profile)
+            except ProfileError as exc:
+                raise bad("timing_profile", str(exc)) from None
         return self
 
     def transfer_timing(self, prompt_tokens: int) -> TransferTiming:

@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dmocker.engines.interface import EngineArgs
+from dmocker.engines.profile import TimingProfile, load_profile
 
 __all__ = [
     "polynomial_prefill_ms",
@@ -59,9 +60,12 @@ class PassTiming:
     """Pass-duration calculator bound to one worker's args (precomputes the scale factors)."""
 
     __slots__ = ("_fixed", "_fixed_prefill", "_fixed_decode", "_prefill_div", "_decode_div",
-                 "_total_kv")
+                 "_total_kv", "_profile")
 
     def __init__(self, args: EngineArgs) -> None:
+        # a measured profile replaces the polynomial (docs/models.md, timing profiles)
+        self._profile: TimingProfile | None = (
+            load_profile(args.timing_profile) if args.timing_profile is not None else None)
         self._fixed = args.fixed_timing
         self._fixed_prefill = float(args.fixed_prefill_ms or 0.0)
         self._fixed_decode = float(args.fixed_decode_ms or 0.0)
@@ -78,13 +82,20 @@ class PassTiming:
         new = total_isl // batch_size - total_prefix // batch_size
         if new <= 0:
             return 0.0
-        ms = self._fixed_prefill if self._fixed else polynomial_prefill_ms(batch_size, new)
+        profile = self._profile
+        if profile is not None:
+            ms = profile.prefill_ms(batch_size * new)
+        else:
+            ms = self._fixed_prefill if self._fixed else polynomial_prefill_ms(batch_size, new)
         return ms / self._prefill_div
 
     def decode_ms(self, batch_size: int, active_kv_tokens: int) -> float:
         """Scaled decode time of a pass that decodes ``batch_size`` requests (0 if none)."""
         if batch_size <= 0:
             return 0.0
+        profile = self._profile
+        if profile is not None:
+            return profile.decode_ms(active_kv_tokens, active_kv_tokens // batch_size) / self._decode_div
         ms = (
             self._fixed_decode
             if self._fixed
@@ -98,6 +109,9 @@ class PassTiming:
         n = int(active_kv_tokens.shape[0])
         if batch_size <= 0:
             return np.zeros(n, dtype=np.float64)
+        profile = self._profile
+        if profile is not None:
+            return profile.decode_ms_many(active_kv_tokens, active_kv_tokens // batch_size) / self._decode_div
         if self._fixed:
             ms = np.full(n, self._fixed_decode, dtype=np.float64)
         elif self._total_kv > 0:
@@ -117,7 +131,11 @@ class PassTiming:
         n = int(active_kv_tokens.shape[0])
         out = np.empty(n + 1, dtype=np.float64)
         ms = out[1:]
-        if batch_size <= 0:
+        profile = self._profile
+        if profile is not None and batch_size > 0:
+            ms[:] = profile.decode_ms_many(active_kv_tokens, active_kv_tokens // batch_size)
+            ms /= self._decode_div
+        elif batch_size <= 0:
             ms.fill(0.0)
         elif self._fixed:
             ms.fill(self._fixed_decode)
@@ -150,6 +168,20 @@ class PassTiming:
         passes, too few for numpy's per-call overhead to pay off; the loop does the same IEEE
         operations in the same order (the active values are integers below 2**53, so float
         steps hold them exactly), and only long runs take the vector path."""
+        profile = self._profile
+        if profile is not None and batch_size > 0:
+            if passes > _SCALAR_PASSES:
+                return self.run_end_times(
+                    start_ms, batch_size,
+                    np.arange(active0, active0 + batch_size * passes, batch_size, dtype=np.int64))
+            ends_p = [0.0] * passes
+            end_p = start_ms
+            act = active0
+            for i in range(passes):
+                end_p += profile.decode_ms(act, act // batch_size) / self._decode_div
+                ends_p[i] = end_p
+                act += batch_size
+            return np.array(ends_p, dtype=np.float64)
         poly = batch_size > 0 and not self._fixed and self._total_kv > 0
         if passes > _SCALAR_PASSES and poly:
             return self.run_end_times(

@@ -80,6 +80,7 @@ class PoolConfig:
     decode_speedup_ratio: float = 1.0
     fixed_prefill_ms: float | None = None
     fixed_decode_ms: float | None = None
+    timing_profile: str | None = None
     decode_kv_accounting: DecodeKvAccounting = DecodeKvAccounting.LOGICAL
     max_prefill_tokens: int = 16384
     chunked_prefill_size: int = 8192

@@ -124,6 +124,7 @@ INTERPRETED_BY_DESIGN: dict[str, str] = {
     "dmocker.replay.workload": "the package's face: re-exports",
     "dmocker.engines.engine_args": "EngineArgs validates any value field by field (a compiled class would raise a bare TypeError first)",
     "dmocker.engines.engine_spec": "an engine's declaration, read when a worker is built",
+    "dmocker.engines.profile": "a measured timing profile: read once, interpolated with numpy or bisect",
     "dmocker.handoff._registry": "name -> class maps, read when the spec loads",
     "dmocker.handoff._spec": "the spec's value classes, built once when it loads",
     "dmocker.handoff._spec_load": "reads the spec file, once",
