@@ -7,7 +7,6 @@ loading the readers.
 
 from __future__ import annotations
 
-import csv
 import enum
 from dataclasses import dataclass
 from typing import Final
@@ -53,6 +52,8 @@ def detect_format(path: str) -> TraceFormat:
                     continue
                 if text.startswith("{"):
                     return TraceFormat.MOONCAKE
+                import csv  # (a Mooncake trace never needs it)
+
                 header = {h.strip() for h in next(csv.reader([text]))}
                 for fmt, cols in CSV_FORMATS.items():
                     if {cols.timestamp, cols.input_tokens, cols.output_tokens} <= header:
