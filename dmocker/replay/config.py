@@ -204,8 +204,8 @@ class ReplayConfig:
         budget = int(m.gpu_memory_gb * 1e9 * m.gpu_memory_utilization) - weights
         per_block = block_size * transfer.kv_bytes_per_token
         blocks = budget // per_block
-        arithmetic = (f"({m.gpu_memory_gb:g} GB x {m.gpu_memory_utilization:g} - {weights:,} B; {how}) "
-                      f"// ({block_size} tokens x {transfer.kv_bytes_per_token:,} B) = {blocks:,} blocks")
+        arithmetic = (f"({m.gpu_memory_gb:g} GB x {m.gpu_memory_utilization:g} - {weights:,} B of weights) "
+                      f"// ({block_size} tokens x {transfer.kv_bytes_per_token:,} B) = {blocks:,} blocks; {how}")
         return blocks, arithmetic
 
     def derived(self) -> dict[str, JsonValue]:
