@@ -27,8 +27,8 @@ from .runtime import DisaggRuntime
 from . import end_of_run as _end
 from .gc_quiet import collect_rarely
 from .timeseries import TimeSeries, TimeSeriesRecorder, add_standard_gauges, finish as finish_timeseries
-from .workload import AdmissionQueue, MooncakeTrace, SyntheticWorkload, Workload
-from .workload.formats import TraceFormat, detect_format
+from .workload import AdmissionQueue, SyntheticWorkload, Workload
+from .workload.traces import open_trace
 
 if TYPE_CHECKING:
     from .planner.wiring import PlannerOptions
@@ -72,15 +72,8 @@ def _workload(config: ReplayConfig) -> Workload:
     if kind is WorkloadKind.TRACE:
         t = w.trace
         assert t is not None
-        fmt = detect_format(t.path) if t.format is TraceFormat.AUTO else t.format
-        if fmt is TraceFormat.MOONCAKE:
-            return MooncakeTrace(t.path, trace_block_size=t.trace_block_size,
-                                 arrival_speedup_ratio=w.arrival_speedup_ratio,
-                                 clamp_input_length=t.clamp_input_length)
-        from .workload.csv_trace import CsvTrace  # (loaded only for a CSV trace)
-
-        return CsvTrace(t.path, fmt, trace_block_size=t.trace_block_size,
-                        arrival_speedup_ratio=w.arrival_speedup_ratio)
+        return open_trace(t.path, t.format, trace_block_size=t.trace_block_size,
+                          arrival_speedup_ratio=w.arrival_speedup_ratio, clamp_input_length=t.clamp_input_length)
     spec = w.synthetic_spec
     if w.arrival_speedup_ratio != 1.0:
         # As for traces: arrivals and think times are divided by the ratio.

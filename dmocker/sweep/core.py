@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from dmocker.replay.config import ConfigError, ReplayConfig, WorkloadKind, resolve_name
 from dmocker.replay.report import JsonValue
 from dmocker.replay.routing import parse_router
-from dmocker.replay.workload import MooncakeTrace
+from dmocker.replay.workload.traces import open_trace
 
 from .grid import ConfigValue, GridError, config_label, expand
 from .rank import Row, build_rows, sweep_document
@@ -92,8 +92,11 @@ def plan_sweep(
     # The trace: every line is read and checked now, once.
     trace = base.workload.trace
     if trace is not None:
-        MooncakeTrace(trace.path, trace_block_size=trace.trace_block_size,
-                      clamp_input_length=trace.clamp_input_length)
+        checked = open_trace(trace.path, trace.format, trace_block_size=trace.trace_block_size,
+                             clamp_input_length=trace.clamp_input_length)
+        close = getattr(checked, "close", None)
+        if close is not None:
+            close()
 
     search: SearchSpec | None = None
     if max_rate:

@@ -236,3 +236,17 @@ def test_vary_sweeps_any_field_by_name(tmp_path: Path) -> None:
         assert run["summary"] == json.loads(single.to_json())["summary"]
         summaries.append(json.dumps(run["summary"], sort_keys=True))
     assert len(set(summaries)) == 4  # every field swept changes the replay
+
+
+def test_a_csv_trace_is_swept_like_a_mooncake_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "azure.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                     + "".join(f"2023-11-16 18:15:{10 + i:02d}.5000000,{500 + 37 * i},{5 + i % 4}\n" for i in range(20)))
+    out = tmp_path / "sweep.json"
+    assert dmocker_main(["sweep", str(trace), "--vary", "decode_workers=1,2", "--out", str(out), "--quiet"]) == 0
+    runs = json.loads(out.read_text())["runs"]
+    assert [r["summary"]["completed_requests"] for r in runs] == [20, 20]
+    bad = tmp_path / "bad.csv"
+    bad.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:10,x,3\n")
+    assert dmocker_main(["sweep", str(bad), "--vary", "decode_workers=1,2", "--out", str(tmp_path / "s2.json")]) == 2
+    assert f"{bad}:2: field 'ContextTokens'" in capsys.readouterr().err

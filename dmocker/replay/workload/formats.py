@@ -70,3 +70,4 @@ def detect_format(path: str) -> TraceFormat:
     except OSError as exc:
         raise WorkloadError(f"cannot read the trace: {exc.strerror or exc}", path=path) from None
     return TraceFormat.MOONCAKE  # empty: the Mooncake reader says so
+
