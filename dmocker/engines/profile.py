@@ -28,7 +28,6 @@ run and the same passes one by one get the same floats.
 from __future__ import annotations
 
 import bisect
-import csv
 import functools
 import os
 from collections.abc import Sequence
@@ -167,6 +166,8 @@ _CSV_HEADER = ("phase", "tokens", "context_length", "ms")
 
 
 def _from_csv(source: str) -> TimingProfile:
+    import csv  # (only a CSV profile needs it)
+
     prefill: list[tuple[float, float]] = []
     decode: dict[tuple[float, float], float] = {}
     try:
