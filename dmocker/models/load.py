@@ -33,18 +33,31 @@ def load_model(name_or_path: str) -> ModelArch:
     """The model ``name_or_path`` names: a bundled preset (its name, case ignored), else a
     ``config.json`` file or a folder holding one.  :class:`ModelConfigError` says what is wrong
     (the file, the field) or lists the presets."""
-    for name, preset in _presets().items():
+    for name in _presets():
         if name.lower() == name_or_path.strip().lower():
-            config = preset["config"]
-            source = preset["source"]
-            assert isinstance(config, dict) and isinstance(source, str)
-            return ModelArch.from_config(config, name=name, source=f"preset {name} ({source})")
+            return _preset(name)
     path = name_or_path
     if os.path.isdir(path):
         path = os.path.join(path, "config.json")
-    if not os.path.exists(path):
+    try:
+        st = os.stat(path)
+    except OSError:
         raise ModelConfigError(f"{name_or_path!r} is neither a bundled preset ("
-                               + ", ".join(preset_names()) + ") nor a config.json file or folder")
+                               + ", ".join(preset_names()) + ") nor a config.json file or folder") from None
+    # a configuration is checked each time it is built: the file is read once per version
+    return _read(path, st.st_mtime_ns, st.st_size)
+
+
+@lru_cache(maxsize=None)
+def _preset(name: str) -> ModelArch:
+    preset = _presets()[name]
+    config, source = preset["config"], preset["source"]
+    assert isinstance(config, dict) and isinstance(source, str)
+    return ModelArch.from_config(config, name=name, source=f"preset {name} ({source})")
+
+
+@lru_cache(maxsize=16)
+def _read(path: str, mtime_ns: int, size: int) -> ModelArch:
     try:
         with open(path, encoding="utf-8") as fh:
             config = json.load(fh)
