@@ -67,8 +67,13 @@ class ModelArch:
     dtype: str  # the model's own dtype (torch_dtype)
     sliding_window: int | None  # tokens a windowed layer keeps
     sliding_layers: int  # how many of num_layers are windowed
-    dense: Mapping[str, int | bool] | None = None  # a dense model's other sizes (weights_size); None: not read
     experts: bool = False  # a mixture of experts (its weights are not estimated)
+    # the other sizes weights_size needs (0: the config does not give them)
+    num_attention_heads: int = 0
+    hidden_size: int = 0
+    intermediate_size: int = 0
+    vocab_size: int = 0
+    tie_word_embeddings: bool = False
 
     @staticmethod
     def from_config(config: Mapping[str, object], *, name: str, source: str) -> ModelArch:
@@ -109,14 +114,13 @@ class ModelArch:
                 raise ModelConfigError(f"{source}: no 'head_dim', and hidden_size {hidden} is not a multiple "
                                        f"of num_attention_heads {heads}")
             head_dim = hidden // heads
-        dense: dict[str, int | bool] | None = None
-        if all(config.get(k) is not None for k in ("hidden_size", "intermediate_size", "vocab_size")):
-            tied = config.get("tie_word_embeddings", False)
-            dense = {"hidden_size": integer("hidden_size"), "intermediate_size": integer("intermediate_size"),
-                     "vocab_size": integer("vocab_size"), "num_attention_heads": heads,
-                     "tie_word_embeddings": bool(tied)}
+        def size(field: str) -> int:
+            return integer(field) if config.get(field) is not None else 0
+
         return ModelArch(name, source, AttentionKind.STANDARD, layers, kv_heads, head_dim, 0, 0, dtype_value,
-                         window, windowed, dense, experts)
+                         window, windowed, experts, num_attention_heads=heads, hidden_size=size("hidden_size"),
+                         intermediate_size=size("intermediate_size"), vocab_size=size("vocab_size"),
+                         tie_word_embeddings=bool(config.get("tie_word_embeddings", False)))
 
 
 #: Config fields whose presence marks a mixture of experts (Mixtral, Qwen-MoE, DeepSeek, gpt-oss).
@@ -204,18 +208,18 @@ def weights_size(arch: ModelArch, tp: int = 1) -> Weights:
     quantized checkpoints are not estimated: :class:`ModelConfigError` asks for the size."""
     if tp < 1:
         raise ModelConfigError(f"tensor parallel size must be >= 1, not {tp}")
-    if arch.experts or arch.attention is not AttentionKind.STANDARD or arch.dense is None:
+    if arch.experts or arch.attention is not AttentionKind.STANDARD or not (
+            arch.hidden_size and arch.intermediate_size and arch.vocab_size):
         why = ("a mixture of experts" if arch.experts else "multi-head latent attention"
                if arch.attention is AttentionKind.MLA else "a config without hidden_size, intermediate_size and vocab_size")
         raise ModelConfigError(f"{arch.source}: the weights of {why} are not estimated: give their size "
                                "(--weights-gb)")
-    d = arch.dense
-    hidden, inter, vocab = int(d["hidden_size"]), int(d["intermediate_size"]), int(d["vocab_size"])
-    q = int(d["num_attention_heads"]) * arch.head_dim
+    hidden, inter, vocab = arch.hidden_size, arch.intermediate_size, arch.vocab_size
+    q = arch.num_attention_heads * arch.head_dim
     kv = arch.num_kv_heads * arch.head_dim
     attention = hidden * q + 2 * hidden * kv + q * hidden  # q, k, v, o projections
     mlp = 3 * hidden * inter  # gate, up, down
-    embeddings = vocab * hidden * (1 if d["tie_word_embeddings"] else 2)  # input, and output unless tied
+    embeddings = vocab * hidden * (1 if arch.tie_word_embeddings else 2)  # input, and output unless tied
     params = arch.num_layers * (attention + mlp) + embeddings
     elem = _DTYPE_BYTES[arch.dtype]
     per_rank = -(-params * elem // tp)
