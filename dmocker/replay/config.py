@@ -329,13 +329,14 @@ def _check_across(c: ReplayConfig) -> None:
         from dmocker.models.kv_size import ModelConfigError
 
         try:
-            transfer = c._transfer()
-            block_size = c.prefill.block_size or EngineArgs(engine=c.engine).page_tokens
-            blocks, arithmetic = c._gpu_blocks(block_size, transfer)
+            transfer, prefill_pool, decode_pool = c._resolved_link_and_pools()
         except ModelConfigError as exc:
             raise ConfigError(str(exc), field="model.weights_gb") from None
-        if blocks < 1:
-            raise ConfigError(f"no room for the KV cache: {arithmetic}", field="model.gpu_memory_gb")
+        for stated, pool in ((c.prefill, prefill_pool), (c.decode, decode_pool)):
+            assert pool.block_size is not None and pool.num_gpu_blocks is not None
+            if stated.num_gpu_blocks is None and pool.num_gpu_blocks < 1:
+                arithmetic = c._gpu_blocks(pool.block_size, transfer)[1]
+                raise ConfigError(f"no room for the KV cache: {arithmetic}", field="model.gpu_memory_gb")
     try:
         prefill, decode = c.engine_args()
     except ValueError as exc:  # every field was checked above: what is left is the two together
