@@ -75,6 +75,7 @@ def test_no_prefix_is_shared_between_requests(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("text", "where"), [
     ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,12x,3\n", ":2: field 'ContextTokens': must be an integer >= 1"),
     ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,0,3\n", ":2: field 'ContextTokens'"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,5,\u00b2\n", ":2: field 'GeneratedTokens'"),
     ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,5,-1\n", ":2: field 'GeneratedTokens'"),
     ("TIMESTAMP,ContextTokens,GeneratedTokens\n16/11/2023 18:15,5,1\n", ":2: field 'TIMESTAMP': must be a date and time"),
     ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-02-30 18:15:46,5,1\n", ":2: field 'TIMESTAMP': no such date"),

@@ -185,7 +185,7 @@ class CsvTrace:
 
     def _count_of(self, text: str, line: int, field: str, minimum: int) -> int:
         text = text.strip()
-        if text.isdigit():
+        if text.isascii() and text.isdigit():  # (isdigit alone takes "²", which int() refuses)
             value = int(text)
             if minimum <= value <= MAX_LENGTH:
                 return value
