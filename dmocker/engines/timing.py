@@ -133,8 +133,7 @@ class PassTiming:
         ms = out[1:]
         profile = self._profile
         if profile is not None and batch_size > 0:
-            ms[:] = profile.decode_ms_many(active_kv_tokens, active_kv_tokens // batch_size)
-            ms /= self._decode_div
+            ms[:] = self.decode_ms_many(batch_size, active_kv_tokens)
         elif batch_size <= 0:
             ms.fill(0.0)
         elif self._fixed:
@@ -168,29 +167,22 @@ class PassTiming:
         passes, too few for numpy's per-call overhead to pay off; the loop does the same IEEE
         operations in the same order (the active values are integers below 2**53, so float
         steps hold them exactly), and only long runs take the vector path."""
-        profile = self._profile
-        if profile is not None and batch_size > 0:
-            if passes > _SCALAR_PASSES:
-                return self.run_end_times(
-                    start_ms, batch_size,
-                    np.arange(active0, active0 + batch_size * passes, batch_size, dtype=np.int64))
-            ends_p = [0.0] * passes
-            end_p = start_ms
-            act = active0
-            for i in range(passes):
-                end_p += profile.decode_ms(act, act // batch_size) / self._decode_div
-                ends_p[i] = end_p
-                act += batch_size
-            return np.array(ends_p, dtype=np.float64)
-        poly = batch_size > 0 and not self._fixed and self._total_kv > 0
-        if passes > _SCALAR_PASSES and poly:
+        profiled = batch_size > 0 and self._profile is not None
+        poly = batch_size > 0 and not profiled and not self._fixed and self._total_kv > 0
+        if passes > _SCALAR_PASSES and (poly or profiled):
             return self.run_end_times(
                 start_ms, batch_size,
                 np.arange(active0, active0 + batch_size * passes, batch_size, dtype=np.int64))
         ends = [0.0] * passes
         end = start_ms
         div = self._decode_div
-        if poly:
+        if profiled:  # each pass as decode_ms times it
+            act = active0
+            for i in range(passes):
+                end += self.decode_ms(batch_size, act)
+                ends[i] = end
+                act += batch_size
+        elif poly:
             total = float(self._total_kv)
             a = float(active0)
             step = float(batch_size)
