@@ -61,6 +61,8 @@ class TimingProfile:
         if len(decode_ms) != len(decode_active_kv) or any(len(r) != len(decode_context) for r in decode_ms):
             raise ProfileError(f"{source}: the decode times are not a {len(decode_active_kv)} x "
                                f"{len(decode_context)} grid (active KV x context length)")
+        # each table twice: lists for the per-pass lookups (a numpy call per pass costs more than
+        # the arithmetic), arrays for the bulk runs' many passes at once
         self._px = [float(v) for v in prefill_tokens]
         self._py = [float(v) for v in prefill_ms]
         self._dx = [float(v) for v in decode_active_kv]
