@@ -62,6 +62,9 @@ FLAGS: tuple[tuple[str, tuple[Flag, ...]], ...] = (
     )),
     ("engines", (
         Flag("--engine", str, "vllm (source-first) or sglang (destination-first)"),
+        Flag("--mode", str, "disagg: prefill and decode pools with a KV handoff (default); agg: one pool whose "
+             "workers prefill and decode (the aggregated baseline)", choices=("disagg", "agg")),
+        Flag("--workers", int_arg, "--mode agg: pool size (default 4)"),
         Flag("--prefill-workers", int_arg, "prefill pool size (default 2)"),
         Flag("--decode-workers", int_arg, "decode pool size (default 2)"),
         Flag("--block-size", int_arg, "KV block (page) size in tokens (default: vllm 64, sglang 1)"),

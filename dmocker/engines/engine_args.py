@@ -29,17 +29,19 @@ def mock_engines() -> tuple[EngineEntry, ...]:
 
 
 class WorkerType(enum.Enum):
-    """Role in the disaggregated pair; prefill workers spend no decode time, decode no prefill."""
+    """A worker's role: in a disaggregated pair prefill workers spend no decode time and decode
+    workers no prefill time; an aggregated worker prefills and decodes, and is charged both."""
 
     PREFILL = "prefill"
     DECODE = "decode"
+    AGGREGATED = "aggregated"
 
     @classmethod
     def parse(cls, text: str) -> WorkerType:
         for w in cls:
             if text.strip().lower() == w.value:
                 return w
-        raise ValueError(f"unknown worker_type {text!r}: expected 'prefill' or 'decode'")
+        raise ValueError(f"unknown worker_type {text!r}: expected 'prefill', 'decode' or 'aggregated'")
 
 
 class DecodeKvAccounting(enum.Enum):
@@ -126,7 +128,7 @@ class EngineArgs:
         if self.engine not in mocks:
             raise bad("engine", "expected one of " + ", ".join(repr(name) for name in mocks))
         if not isinstance(self.worker_type, WorkerType):
-            raise bad("worker_type", "expected WorkerType.PREFILL or WorkerType.DECODE")
+            raise bad("worker_type", "expected WorkerType.PREFILL, WorkerType.DECODE or WorkerType.AGGREGATED")
         for name in ("num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens",
                      "max_prefill_tokens", "chunked_prefill_size", "clip_max_new_tokens",
                      "new_token_ratio_decay_steps"):

@@ -348,6 +348,13 @@ class EngineWorker:
     def is_drained(self) -> bool:
         """Nothing queued, running, held, reserved or pending, and not busy."""
 
+    # --- a plain request (an aggregated worker) ---
+    @abstractmethod
+    def submit(self, request: EngineRequest) -> CommandEffects:
+        """SUBMITTED: the request is prefilled and decoded here, its KV freed when it ends; may be
+        applied while busy (it only joins the waiting queue).  Raises EngineCommandError for a
+        malformed request or a live request id."""
+
     # --- commands (source side) ---
     @abstractmethod
     def submit_handoff_prefill(self, handoff_id: HandoffId, request: EngineRequest) -> CommandEffects:

@@ -96,6 +96,7 @@ class ExactScheduler:
         self._mbt = args.max_num_batched_tokens
         self._decode_worker = args.worker_type is WorkerType.DECODE
         self._is_prefill = args.worker_type is WorkerType.PREFILL
+        self._aggregated = args.worker_type is WorkerType.AGGREGATED
         self._logical_kv = args.decode_kv_accounting is DecodeKvAccounting.LOGICAL
         self.passes = 0  # passes computed here (telemetry, tests)
 
@@ -212,9 +213,13 @@ class ExactScheduler:
                     ready.append(r)
                 else:
                     done.append(r)  # nothing left to generate: completes without a token
+        # An aggregated worker charges decode time for the requests that were decoding: one whose
+        # prompt finished in this pass gets its first token with the prefill's time.
+        decoding = [r for r in ready if scheduled[r.rid][1] == 0] if self._aggregated else ready
         n_ready = len(ready)
+        n_decoding = len(decoding)
         if self._logical_kv:
-            active_tokens = sum(r.seq for r in ready)
+            active_tokens = sum(r.seq for r in decoding)
         else:
             active_tokens = pool.num_active_blocks * bs
         emitted_ids: list[int] = []
@@ -232,8 +237,8 @@ class ExactScheduler:
                 queues.complete(r)
             run = [r for r in run if r.rid not in gone]
         queues.run = {r.rid: r for r in run}
-        if n_ready and not self._is_prefill:
-            decode_ms = self._timing.decode_ms(n_ready, active_tokens)
+        if n_decoding and not self._is_prefill:
+            decode_ms = self._timing.decode_ms(n_decoding, active_tokens)
         else:
             decode_ms = 0.0
         if emitted_ids or finished_ids:

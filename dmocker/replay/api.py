@@ -20,10 +20,10 @@ from dmocker.engines.interface import EngineWorker
 from dmocker.engines.registry import make_worker
 
 from .collector import Collector
-from .config import DEFAULT_SYNTHETIC, ReplayConfig, WorkloadKind
+from .config import DEFAULT_SYNTHETIC, ClusterMode, ReplayConfig, WorkloadKind
 from .report import Report, SlaThresholds, build_summary
 from .routing import Pool, RouterContext, parse_router
-from .runtime import DisaggRuntime
+from .runtime import AggRuntime, DisaggRuntime
 from . import end_of_run as _end
 from .gc_quiet import collect_rarely
 from .timeseries import TimeSeries, TimeSeriesRecorder, add_standard_gauges, finish as finish_timeseries
@@ -101,6 +101,8 @@ def _replay(config: ReplayConfig, stepping: DecodeStepping, progress: bool) -> R
     if not isinstance(config, ReplayConfig):
         raise TypeError(f"run() takes a ReplayConfig (docs/config.md), got {type(config).__name__}: "
                         "build one with ReplayConfig(...) or ReplayConfig.from_values({...})")
+    if config.cluster.mode is ClusterMode.AGG:
+        return _replay_agg(config, progress, started)
     # ---- what the configuration alone cannot check: user code, the trace's lines ----------
     prefill_args, decode_args = config.engine_args()
     order: HandoffOrder = order_for_engine(prefill_args.engine)
@@ -204,6 +206,68 @@ def _replay(config: ReplayConfig, stepping: DecodeStepping, progress: bool) -> R
         planner=planner_loop.report() if planner_loop is not None else None,
         timeseries=series,
     )
+
+
+def _replay_agg(config: ReplayConfig, progress: bool, started: float) -> Report:
+    """An aggregated run (``cluster.mode = agg``): one pool of workers, no handoff."""
+    args = config.agg_engine_args()
+    router_spec = parse_router(config.router.name)
+    routing = config.router.kv.validate()
+    workload = _workload(config)
+    sla = SlaThresholds(config.sla.ttft_ms, config.sla.itl_ms, config.sla.e2e_ms)
+    report_config = config.to_json(outputs=False)
+    derived = config.derived()
+    if derived:
+        report_config["derived"] = derived
+    per_request = config.outputs.per_request
+
+    admission = AdmissionQueue(workload, max_in_flight=config.limits.max_in_flight)
+    # The pool's router routes arrivals as the disaggregated replay's prefill router does.
+    router = router_spec.build(
+        RouterContext(Pool.PREFILL, config.router.seed, args.page_tokens, args.max_num_batched_tokens,
+                      aggregated=True), routing)
+    workers: list[EngineWorker] = [
+        make_worker(args, i, record_kv_events=router.wants_kv_events) for i in range(config.cluster.workers)
+    ]
+    collector = Collector(workload.num_requests)
+    records_w = AtomicFile(per_request) if per_request is not None else None
+    bar = _progress_bar(workload.num_requests) if progress else None
+    recorder = TimeSeriesRecorder() if config.outputs.timeseries else None
+    series: TimeSeries | None = None
+    try:
+        runtime = AggRuntime(
+            admission=admission, workers=workers, router=router, collector=collector,
+            trace_block=admission.trace_block_size, block_size=args.page_tokens,
+            max_sim_time_ms=config.limits.max_sim_time_ms, records=_as_io(records_w),
+            on_retired=bar.retired if bar is not None else None, sampler=recorder,
+        )
+        if recorder is not None:
+            add_standard_gauges(recorder, lambda: runtime.in_flight, [], workers)
+        result = runtime.run()
+        runtime.write_incomplete_records()
+        summary = build_summary(collector, handoff_order="none", sla=sla)
+        summary["cluster_mode"] = ClusterMode.AGG.value
+        if router_spec.mode != "round_robin":
+            summary["router_mode"] = router_spec.mode
+            summary.update(runtime.summary())
+        if recorder is not None:
+            series = finish_timeseries(recorder, collector, result.now_ms)
+    except BaseException:
+        if records_w is not None:
+            records_w.abort()
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+        close = getattr(workload, "close", None)
+        if close is not None:
+            close()
+    if records_w is not None:
+        records_w.commit()
+    _end.finish_agg(runtime, collector, summary, order=HandoffOrder.SOURCE_FIRST, capped=result.capped)
+    report_config["capped"] = result.capped
+    return Report(summary=summary, config=report_config, records_path=per_request, events_path=None,
+                  wall_seconds=time.perf_counter() - started, planner=None, timeseries=series)
 
 
 class _WriterIO:

@@ -37,6 +37,7 @@ from .config_sections import (
     DEFAULT_SYNTHETIC,
     SCHEMA,
     ClusterConfig,
+    ClusterMode,
     LimitsConfig,
     ModelConfig,
     OutputsConfig,
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ClusterConfig",
+    "ClusterMode",
     "ConfigError",
     "ConfigValue",
     "DEFAULT_SYNTHETIC",
@@ -259,6 +261,16 @@ class ReplayConfig:
         """The mock engine's name (``cluster.engine`` as the registry spells it)."""
         return engine_spec(self.cluster.engine).name
 
+    def agg_engine_args(self) -> EngineArgs:
+        """The aggregated workers' :class:`EngineArgs` (the decode section's settings), validated."""
+        engine = self.engine
+        t, _, decode = self._resolved_link_and_pools()
+        return EngineArgs(
+            engine=engine, worker_type=WorkerType.AGGREGATED, kv_bytes_per_token=t.kv_bytes_per_token,
+            kv_transfer_bandwidth=t.bandwidth_gb_s, kv_transfer_timing_mode=t.timing_mode,
+            **{f.name: getattr(decode, f.name) for f in dataclasses.fields(PoolConfig)},
+        ).validate()
+
     def engine_args(self) -> tuple[EngineArgs, EngineArgs]:
         """Both pools' :class:`EngineArgs` (prefill, decode), validated."""
         engine = self.engine
@@ -291,8 +303,11 @@ def headline(config: Mapping[str, JsonValue]) -> str:
     else:
         what = "an explicit workload"
     name = router.get("name", "round-robin")
-    return (f"{cluster.get('engine')} {cluster.get('prefill_workers')}P+{cluster.get('decode_workers')}D, {what}"
-            + (f", router {name}" if name != "round-robin" else ""))
+    if cluster.get("mode") == ClusterMode.AGG.value:
+        shape = f"{cluster.get('workers')} aggregated"
+    else:
+        shape = f"{cluster.get('prefill_workers')}P+{cluster.get('decode_workers')}D"
+    return f"{cluster.get('engine')} {shape}, {what}" + (f", router {name}" if name != "round-robin" else "")
 
 
 # ---- checks across fields ----------------------------------------------------------------------
@@ -302,8 +317,10 @@ def _check_across(c: ReplayConfig) -> None:
     if c.coordinator is not None and not isinstance(c.coordinator, str) and not callable(c.coordinator):
         raise ConfigError(f"expected MODULE:CLASS or a coordinator factory, got {c.coordinator!r}", field="coordinator")
     planner = c.planner.policy is not None
+    if c.cluster.mode is ClusterMode.AGG:
+        _check_agg(c)
     for name in ("prefill_workers", "decode_workers"):
-        if getattr(c.cluster, name) < 1 and not planner:
+        if getattr(c.cluster, name) < 1 and not planner and c.cluster.mode is ClusterMode.DISAGG:
             raise ConfigError(f"must be >= 1 (0 only with a planner), got {getattr(c.cluster, name)}",
                               field=f"cluster.{name}")
     w = c.workload
@@ -354,6 +371,32 @@ def _check_across(c: ReplayConfig) -> None:
                           field="planner.max_gpu_budget")
 
 
+def _check_agg(c: ReplayConfig) -> None:
+    """An aggregated run has no handoff and one pool: refuse what only a disaggregated one has."""
+    why = "an aggregated cluster (cluster.mode = agg) has no handoff"
+    if c.planner.policy is not None:
+        raise ConfigError("the planner scales the prefill and decode pools: disaggregated runs only",
+                          field="planner.policy")
+    f = c.faults
+    for name in ("cancel_rate", "fail_rate", "timeout_rate"):
+        if getattr(f, name) > 0:
+            raise ConfigError(f"handoff faults need a handoff: {why}", field=f"faults.{name}")
+    if f.crashes:
+        raise ConfigError("worker crashes are injected on the prefill and decode pools: disaggregated runs only",
+                          field="faults.crashes")
+    if c.coordinator is not None:
+        raise ConfigError(f"a coordinator drives handoffs: {why}", field="coordinator")
+    if c.outputs.events is not None:
+        raise ConfigError(f"the event log records handoffs: {why}", field="outputs.events")
+    # One pool: its workers take the decode section, so a prefill section that says otherwise
+    # would be silently ignored.
+    for f_ in dataclasses.fields(PoolConfig):
+        p, d = getattr(c.prefill, f_.name), getattr(c.decode, f_.name)
+        if p != d:
+            raise ConfigError(f"aggregated workers take the decode section's settings; set {f_.name} for both "
+                              f"pools or in decode (prefill {p!r}, decode {d!r})", field=f"prefill.{f_.name}")
+
+
 # ---- names ---------------------------------------------------------------------------------------
 
 SOURCE = "workload.source."
@@ -373,6 +416,8 @@ NAMES: dict[str, tuple[str, ...]] = {
     "engine": ("cluster.engine",),
     "prefill_workers": ("cluster.prefill_workers",),
     "decode_workers": ("cluster.decode_workers",),
+    "mode": ("cluster.mode",),
+    "workers": ("cluster.workers",),
     **{f.name: (f"prefill.{f.name}", f"decode.{f.name}") for f in dataclasses.fields(PoolConfig)},
     "kv_transfer_bandwidth": ("transfer.bandwidth_gb_s",),
     "kv_bytes_per_token": ("transfer.kv_bytes_per_token",),

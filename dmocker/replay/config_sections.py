@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # for the type checker only: at run time these fields are Pyt
 
 __all__ = [
     "ClusterConfig",
+    "ClusterMode",
     "DEFAULT_SYNTHETIC",
     "LimitsConfig",
     "ModelConfig",
@@ -51,14 +52,24 @@ DEFAULT_SYNTHETIC = SyntheticSpec(requests=300, rate=15.0, isl_mean=2000, osl_me
 """The built-in default workload (``dmocker replay`` with no arguments): small and quick."""
 
 
+class ClusterMode(enum.Enum):
+    """How the cluster serves a request: prefilled and decoded on different workers with a KV
+    handoff between them, or both on one worker (the aggregated baseline)."""
+
+    DISAGG = "disagg"
+    AGG = "agg"
+
+
 @dataclass(frozen=True)
 class ClusterConfig:
-    """The engine both pools run (a mock engine of :mod:`dmocker.engines.registry`) and the size
-    of each pool."""
+    """The engine the workers run (a mock engine of :mod:`dmocker.engines.registry`) and how many:
+    ``prefill_workers`` and ``decode_workers`` disaggregated, ``workers`` aggregated (``mode``)."""
 
     engine: str = "vllm"
     prefill_workers: int = 2
     decode_workers: int = 2
+    mode: ClusterMode = ClusterMode.DISAGG
+    workers: int = 4
 
 
 @dataclass(frozen=True)
@@ -299,6 +310,7 @@ _PROBABILITY = Bound(0, maximum=1)
 _BOUNDS: dict[tuple[type, str], Bound] = {
     (ClusterConfig, "prefill_workers"): _AT_LEAST_0,
     (ClusterConfig, "decode_workers"): _AT_LEAST_0,
+    (ClusterConfig, "workers"): _AT_LEAST_1,
     **{(PoolConfig, n): _AT_LEAST_1 for n in (
         "block_size", "num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
         "max_prefill_tokens", "chunked_prefill_size", "clip_max_new_tokens", "new_token_ratio_decay_steps")},

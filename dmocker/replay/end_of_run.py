@@ -17,8 +17,8 @@ from dmocker.handoff import HandoffOrder
 
 from .collector import Collector
 from .errors import DeadEndError
-from .faults import FaultKind, FaultPlan
-from .invariants import InvariantBreak, check_end_of_run, dead_end_breaks, failures_by_cause, leaked_blocks_at_dead_end
+from .faults import FaultCause, FaultKind, FaultPlan
+from .invariants import EndState, InvariantBreak, check_end_of_run, dead_end_breaks, failures_by_cause, leaked_blocks_at_dead_end
 from .report import JsonValue
 from .runtime import CoordinatorFactory, DisaggRuntime, RuntimeResult
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # imported when used: a plain run loads neither (the checker 
     from .coordinators import ForeignFactory
     from .fault_driver import FaultDriver
 
-__all__ = ["RunHooks", "prepare", "empty_faults_injected"]
+__all__ = ["RunHooks", "add_end_fields", "empty_faults_injected", "finish_agg", "prepare"]
 
 
 def empty_faults_injected() -> dict[str, JsonValue]:
@@ -89,15 +89,28 @@ class RunHooks:
             leaked = leaked_blocks_at_dead_end(runtime.control)
         self.breaks = tuple(breaks)
         d = self.driver
-        summary["leaked_kv_blocks"] = leaked
         injected: dict[str, JsonValue] = empty_faults_injected()
         if d is not None:
             injected.update(d.injected)
-        summary["faults_injected"] = injected
-        summary["failures_by_cause"] = failures_by_cause(collector, d.causes if d is not None else {})
-        summary["invariants_ok"] = not breaks
-        listed: list[JsonValue] = [b.to_json() for b in breaks]
-        summary["invariant_breaks"] = listed
+        add_end_fields(summary, collector, leaked, breaks, injected, d.causes if d is not None else {})
+
+
+def finish_agg(runtime: EndState, collector: Collector, summary: dict[str, JsonValue], *, order: HandoffOrder,
+               capped: bool) -> None:
+    """The end-of-run checks of an aggregated run (no faults, coordinators or event log)."""
+    eor = check_end_of_run(runtime, collector, summary, order=order, finished=not capped)
+    add_end_fields(summary, collector, eor.leaked_kv_blocks, list(eor.breaks), empty_faults_injected(), {})
+
+
+def add_end_fields(summary: dict[str, JsonValue], collector: Collector, leaked: int, breaks: list[InvariantBreak],
+                   injected: dict[str, JsonValue], causes: dict[int, FaultCause]) -> None:
+    """The summary's end-of-run fields, in their order."""
+    summary["leaked_kv_blocks"] = leaked
+    summary["faults_injected"] = injected
+    summary["failures_by_cause"] = failures_by_cause(collector, causes)
+    summary["invariants_ok"] = not breaks
+    listed: list[JsonValue] = [b.to_json() for b in breaks]
+    summary["invariant_breaks"] = listed
 
 
 def prepare(

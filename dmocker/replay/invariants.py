@@ -20,14 +20,16 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from dmocker.handoff import HandoffOrder
+from dmocker.engines.interface import EngineWorker
+from dmocker.handoff import HandoffCoordinator, HandoffOrder
 
 from .collector import Collector, TerminalStatus
 from .faults import FaultCause
 from .report import JsonValue
+from .routing import Router
 from .runtime import ClusterControl
 
-__all__ = ["InvariantBreak", "EndOfRun", "check_end_of_run", "failures_by_cause", "MAX_IDS"]
+__all__ = ["InvariantBreak", "EndOfRun", "EndState", "check_end_of_run", "failures_by_cause", "MAX_IDS"]
 
 MAX_IDS = 10
 
@@ -74,8 +76,24 @@ def _ids(ids: Sequence[int]) -> tuple[int, ...]:
     return tuple(sorted(ids)[:MAX_IDS])
 
 
+class EndState(Protocol):
+    """What the end-of-run checks read of a finished run (ClusterControl of a disaggregated run,
+    the aggregated runtime itself)."""
+
+    def live_requests(self) -> list[int]: ...
+
+    def workers(self, stage: int) -> tuple[EngineWorker, ...]: ...
+
+    @property
+    def routed_unreleased(self) -> int: ...
+
+    def routers(self) -> tuple[Router, ...]: ...
+
+    def coordinator_of(self, request_id: int) -> HandoffCoordinator | None: ...
+
+
 def check_end_of_run(
-    runtime: ClusterControl,
+    runtime: EndState,
     collector: Collector,
     summary: dict[str, JsonValue],
     *,
@@ -167,7 +185,7 @@ def dead_end_breaks(runtime: ClusterControl, stuck: Sequence[str]) -> list[Invar
     return [InvariantBreak("no_dead_end", f"dead end: {len(live)} request(s) the engines never finish", _ids(live))]
 
 
-def _where(runtime: ClusterControl, ids: Sequence[int]) -> str:
+def _where(runtime: EndState, ids: Sequence[int]) -> str:
     """Where the first stuck coordinators stopped: request, step (if counted) and protocol state."""
     parts = []
     for rid in sorted(ids)[:3]:

@@ -73,6 +73,9 @@ class FakeWorker(EngineWorker):
         return not self.has_work() and not self._busy
 
     # ---- source -----------------------------------------------------------
+    def submit(self, request: EngineRequest) -> CommandEffects:
+        raise EngineCommandError("the fake worker serves handoffs only")
+
     def submit_handoff_prefill(self, handoff_id: HandoffId, request: EngineRequest) -> CommandEffects:
         self.log.append(("submit", request.request_id, self._t()))
         self._queued.append(request)

@@ -34,3 +34,5 @@ class RouterContext:
     seed: int
     block_size: int
     max_num_batched_tokens: int
+    # The pool's workers prefill and decode (an aggregated cluster; ``pool`` is PREFILL then).
+    aggregated: bool = False

@@ -83,7 +83,9 @@ class KvRouter(BaseRouter):
         self._overlap: dict[int, int] = {}
         # The common configuration (no queue, temperature 0) routes through one specialised
         # method per pool (see _route_prefill_fast); the general path stays its plain twin.
-        self._fast = threshold is None and cfg.router_temperature <= 0.0
+        # An aggregated pool's workers also decode: its cost adds their active blocks.
+        self._agg = context.aggregated
+        self._fast = threshold is None and cfg.router_temperature <= 0.0 and not self._agg
 
     # ------------------------------------------------------------------ protocol
 
@@ -303,7 +305,10 @@ class KvRouter(BaseRouter):
         nreq = self._requests
         floor = min(ptoks[w] for w in workers) if (self._decay > 0.0 and prefill) else 0
         request_blocks = max(1, -(-isl // bs))
-        if prefill:
+        if prefill and self._agg:
+            costs = [self._prefill_cost(ptoks[w], isl, overlaps.get(w, 0), floor, request_blocks, nreq[w])
+                     + blocks[w] for w in workers]
+        elif prefill:
             costs = [self._prefill_cost(ptoks[w], isl, overlaps.get(w, 0), floor, request_blocks, nreq[w])
                      for w in workers]
         else:
@@ -312,7 +317,7 @@ class KvRouter(BaseRouter):
         ov = overlaps.get(worker, 0)
         cached = min(ov * bs, isl)
         tokens = isl - cached if prefill else 0
-        nblocks = 0 if prefill else isl // bs
+        nblocks = isl // bs if (self._agg or not prefill) else 0
         ptoks[worker] += tokens
         blocks[worker] += nblocks
         nreq[worker] += 1

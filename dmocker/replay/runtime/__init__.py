@@ -2,8 +2,9 @@
 composed by :class:`DisaggRuntime` and driven by its event loop (see :mod:`.loop`)."""
 
 from ..request_state import Phase, Stage
+from .agg import AggRuntime
 from .control import ClusterControl
 from .handoffs import CoordinatorFactory
 from .loop import DisaggRuntime, RuntimeResult
 
-__all__ = ["ClusterControl", "CoordinatorFactory", "DisaggRuntime", "Phase", "RuntimeResult", "Stage"]
+__all__ = ["AggRuntime", "ClusterControl", "CoordinatorFactory", "DisaggRuntime", "Phase", "RuntimeResult", "Stage"]
