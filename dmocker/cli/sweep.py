@@ -23,7 +23,7 @@ from dmocker._atomic import write_atomic
 from dmocker.replay.config import ConfigError, resolve_name
 from dmocker.replay.report import stable_json
 from dmocker.replay.workload import WorkloadError
-from dmocker.sweep.grid import AXES, ConfigValue, GridError, axis_for, parse_axis
+from dmocker.sweep.grid import AXES, Axis, AxisKind, ConfigValue, GridError, axis_for, parse_axis
 
 from .config_flags import add_config_flags, config_from_args, given_values
 from .io import VerbRegistry, check_out_dir, float_arg, int_arg, int_at_least
@@ -53,6 +53,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                    help="sweep any configuration field: NAME a dotted path (decode.max_num_seqs) or a flag "
                         "name (max_num_seqs: both pools), VALUES a comma list or a range (A..B[:STEP]); "
                         "repeatable")
+    s.add_argument("--gpus", metavar="N",
+                   help="for each GPU count (a value, a comma list or a range), the cluster aggregated "
+                        "(--mode agg --workers N) and every prefill/decode split of N, ranked together")
     s.add_argument("--jobs", type=_positive_int, default=os.cpu_count() or 1,
                    help="parallel replays in the local process pool (default: the machine's cores)")
     s.add_argument("--backend", choices=["local", "ray"], default="local",
@@ -78,6 +81,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 _positive_int = int_at_least(1)
+_GPUS = Axis("gpus", AxisKind.INT, 2)
 
 
 def _fail(message: str) -> int:
@@ -149,8 +153,9 @@ def run(args: argparse.Namespace) -> int:
             if set(resolve_name(name)) <= swept:
                 raise GridError(f"--{name.replace('_', '-')} is also swept (--vary); give it once")
         base = config_from_args(base_args, single)
+        gpus = parse_axis(_GPUS, args.gpus) if args.gpus is not None else ()
         plan = plan_sweep(base, axes, sla_attainment=args.sla_attainment,
-                          max_rate=args.max_rate, search_steps=args.search_steps)
+                          max_rate=args.max_rate, search_steps=args.search_steps, gpus=gpus)
     except (GridError, ConfigError, WorkloadError, ValueError, OSError) as exc:
         return _fail(str(exc))
 

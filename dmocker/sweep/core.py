@@ -12,12 +12,12 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from dmocker.replay.config import ConfigError, ReplayConfig, WorkloadKind, resolve_name
+from dmocker.replay.config import ClusterMode, ConfigError, ReplayConfig, WorkloadKind, resolve_name
 from dmocker.replay.report import JsonValue
 from dmocker.replay.routing import parse_router
 from dmocker.replay.workload.traces import open_trace
 
-from .grid import ConfigValue, GridError, config_label, expand
+from .grid import SHAPE_KEYS, ConfigValue, GridError, config_label, expand, gpu_shapes
 from .rank import Row, build_rows, sweep_document
 from .runners import Backend, run_tasks
 from .task import SearchSpec, SweepTask, TaskResult
@@ -34,6 +34,7 @@ class SweepPlan:
     configs: list[dict[str, ConfigValue]]
     target: float
     search: SearchSpec | None = None
+    gpus: tuple[ConfigValue, ...] = ()  # the GPU counts whose shapes were crossed with the axes
 
     def tasks(self) -> list[SweepTask]:
         return [SweepTask(i, cfg, self.base, self.search) for i, cfg in enumerate(self.configs)]
@@ -67,13 +68,21 @@ def plan_sweep(
     sla_attainment: float = 0.99,
     max_rate: bool = False,
     search_steps: int = 8,
+    gpus: tuple[ConfigValue, ...] = (),
 ) -> SweepPlan:
     """Validate the whole sweep (``ValueError`` naming the flag or field) and expand it: every
-    configuration is built (and so checked), the routers loaded, a trace read."""
+    configuration is built (and so checked), the routers loaded, a trace read.  ``gpus``: for
+    each GPU count, the aggregated cluster and every prefill/decode split of it
+    (:func:`~.grid.gpu_shapes`), crossed with the axes."""
     if isinstance(sla_attainment, bool) or not isinstance(sla_attainment, (int, float)) \
             or not math.isfinite(sla_attainment) or not 0 < sla_attainment <= 1:
         raise ValueError(f"--sla-attainment must be a number in (0, 1], got {sla_attainment!r}")
     configs = expand(axes)
+    if gpus:
+        clash = sorted({k for k in axes for p in _paths(k) for s in SHAPE_KEYS if p in _paths(s)})
+        if clash:
+            raise GridError(f"--gpus sets the cluster's shape: do not also sweep {', '.join(clash)}")
+        configs = [{**shape, **values} for shape in gpu_shapes(gpus) for values in configs]
     if not configs:
         raise GridError("the sweep is empty")
     routers: set[str] = set()
@@ -112,7 +121,14 @@ def plan_sweep(
         if isinstance(search_steps, bool) or not isinstance(search_steps, int) or search_steps < 0:
             raise ValueError(f"--search-steps must be an integer >= 0, got {search_steps!r}")
         search = SearchSpec(variable, float(start), float(sla_attainment), steps=search_steps)
-    return SweepPlan(base, dict(axes), configs, float(sla_attainment), search)
+    return SweepPlan(base, dict(axes), configs, float(sla_attainment), search, tuple(gpus))
+
+
+def gpu_count(config: ReplayConfig) -> int:
+    """The GPUs a configuration uses: its workers, times the model's tensor-parallel size."""
+    c = config.cluster
+    workers = c.workers if c.mode is ClusterMode.AGG else c.prefill_workers + c.decode_workers
+    return workers * config.model.tensor_parallel_size
 
 
 def _paths(name: str) -> set[str]:
@@ -130,11 +146,11 @@ def run_sweep(
     """Run every configuration of ``plan`` and rank the results (rows in sweep order)."""
     results = run_tasks(plan.tasks(), trace=plan.trace, jobs=jobs, backend=backend,
                         ray_address=ray_address, on_done=on_done)
-    clusters = [plan.base.with_values(values).cluster for values in plan.configs]
-    gpus = [c.prefill_workers + c.decode_workers for c in clusters]
+    gpus = [gpu_count(plan.base.with_values(values)) for values in plan.configs]
     base_json = plan.base.to_json()
     rows = build_rows(results, plan.configs, gpus, base_json, plan.target)
-    doc = sweep_document(rows, base=base_json, axes=plan.axes, sla=plan.sla, target=plan.target,
+    axes = {**plan.axes, "gpus": plan.gpus} if plan.gpus else plan.axes
+    doc = sweep_document(rows, base=base_json, axes=axes, sla=plan.sla, target=plan.target,
                          max_rate=plan.search is not None)
     return SweepOutcome(rows, doc)
 

@@ -23,7 +23,7 @@ from typing import TypeAlias, Union
 from dmocker.replay.config import ConfigError, axis_field, field_paths, resolve_name
 
 __all__ = ["AXES", "Axis", "AxisKind", "ConfigValue", "GridError", "axis_for", "parse_axis", "expand",
-           "config_label"]
+           "config_label", "gpu_shapes", "SHAPE_KEYS"]
 
 ConfigValue: TypeAlias = Union[bool, int, float, str]
 """One swept value (a number, a name or a switch)."""
@@ -181,15 +181,37 @@ def expand(axes: dict[str, tuple[ConfigValue, ...]]) -> list[dict[str, ConfigVal
     return [dict(zip(keys, combo)) for combo in itertools.product(*(axes[k] for k in keys))]
 
 
+#: The fields a cluster shape sets (``--gpus``): none of them may be swept beside it.
+SHAPE_KEYS = ("mode", "workers", "prefill_workers", "decode_workers")
+
+
+def gpu_shapes(counts: tuple[ConfigValue, ...]) -> list[dict[str, ConfigValue]]:
+    """For each GPU count N: N workers aggregated, then every prefill/decode split of N (1P+(N-1)D
+    first), so one sweep compares them at equal cost."""
+    shapes: list[dict[str, ConfigValue]] = []
+    for n in counts:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+            raise GridError(f"--gpus: a GPU count must be an integer >= 2 (one prefill and one decode worker), got {n!r}")
+        shapes.append({"mode": "agg", "workers": n})
+        shapes.extend({"mode": "disagg", "prefill_workers": p, "decode_workers": n - p} for p in range(1, n))
+    return shapes
+
+
 _SHORT = {"prefill_workers": "P", "decode_workers": "D"}
 _SAME = {"cluster.prefill_workers": "prefill_workers", "cluster.decode_workers": "decode_workers",
-         "cluster.engine": "engine", "router.name": "router"}
+         "cluster.engine": "engine", "router.name": "router", "cluster.mode": "mode", "cluster.workers": "workers"}
 
 
 def config_label(config: dict[str, ConfigValue]) -> str:
     """A short human label: ``2P+3D vllm bw=25`` (the P/D split first, then the rest)."""
     config = {_SAME.get(k, k): v for k, v in config.items()}
     parts: list[str] = []
+    if config.get("mode") == "agg":  # one pool: its size, and no P/D split
+        parts.append(f"{config.get('workers', '?')} agg")
+        config = {k: v for k, v in config.items() if k not in SHAPE_KEYS}
+    else:  # the aggregated pool's size means nothing to a disaggregated cluster
+        config.pop("mode", None)
+        config.pop("workers", None)
     if "prefill_workers" in config or "decode_workers" in config:
         parts.append("+".join(f"{config[k]}{s}" for k, s in _SHORT.items() if k in config))
     for k, v in config.items():

@@ -92,13 +92,14 @@ def build_rows(results: Sequence[TaskResult], configs: Sequence[dict[str, Config
 
 
 def _label(base: dict[str, JsonValue], config: dict[str, ConfigValue]) -> str:
-    """The row's name: its swept values, with the P/D split always shown (``9P+1D``)."""
+    """The row's name: its swept values, with the cluster's shape always shown (``9P+1D``, or
+    ``4 agg`` for an aggregated one)."""
     cluster = base.get("cluster")
     sizes = cluster if isinstance(cluster, dict) else base  # (sweep.json files before the config had sections)
     pd: dict[str, ConfigValue] = {}
-    for k in ("prefill_workers", "decode_workers"):
+    for k in ("mode", "workers", "prefill_workers", "decode_workers"):
         v = sizes.get(k)
-        if isinstance(v, int) and not isinstance(v, bool):
+        if isinstance(v, (int, str)) and not isinstance(v, bool):
             pd[k] = v
     return config_label({**pd, **config})
 

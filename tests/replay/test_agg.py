@@ -1,0 +1,117 @@
+"""The aggregated baseline (``--mode agg --workers N``): what it shares with the disaggregated
+replay, what it refuses, and the sweep that sets it against every P+D split of the same GPUs.
+Its fidelity to Dynamo's aggregated replay: tests/engines/test_agg_fidelity.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dmocker.cli.main import main as dmocker_main
+from dmocker.engines.interface import EngineArgs, EngineRequest, WorkerType
+from dmocker.engines.registry import make_worker
+from dmocker.replay import ReplayConfig, run
+from dmocker.replay.config import ConfigError
+
+SMALL = {"synthetic": 120, "rate": 30.0, "isl_mean": 900, "osl_mean": 40}
+
+
+def _agg(**values: object) -> ReplayConfig:
+    return ReplayConfig.from_values({**SMALL, "mode": "agg", "workers": 3, **values})
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+@pytest.mark.parametrize("router", ["round-robin", "kv"])
+def test_an_aggregated_run_completes_cleanly_and_reruns_byte_identically(
+        tmp_path: Path, engine: str, router: str) -> None:
+    reports = []
+    for i in range(2):
+        records = tmp_path / f"records{i}.jsonl"
+        report = run(_agg(engine=engine, router=router, per_request=str(records)))
+        reports.append((report.summary, records.read_bytes()))
+    summary, records_bytes = reports[0]
+    assert reports[1] == reports[0]
+    assert summary["completed_requests"] == 120 and summary["invariants_ok"] is True
+    assert summary["leaked_kv_blocks"] == 0 and summary["cluster_mode"] == "agg"
+    assert summary["prefill_worker_seconds"] == 0.0  # booked as decode-pool time, as the reference
+    lines = [json.loads(line) for line in records_bytes.decode().splitlines()]
+    assert len(lines) == 120
+    assert {r["worker_idx"] for r in lines} == {0, 1, 2}
+    assert all(r["terminal_status"] == "completed" and r["ttft_ms"] > 0 for r in lines)
+    assert "source_held_ms" not in lines[0]  # no handoff fields
+
+
+def test_a_pass_is_charged_prefill_plus_the_decode_of_requests_already_decoding() -> None:
+    """One request alone: its first token comes with the prefill's time only; every later pass
+    costs one decode step (the reference's aggregated vLLM worker)."""
+    args = EngineArgs(engine="vllm", worker_type=WorkerType.AGGREGATED, block_size=64).validate()
+    w = make_worker(args, 0)
+    w.submit(EngineRequest(0, 1000, 3, tuple(range(1000 // 64))))
+    prefill_args = EngineArgs(engine="vllm", worker_type=WorkerType.PREFILL, block_size=64).validate()
+    p = make_worker(prefill_args, 0)
+    p.submit(EngineRequest(0, 1000, 1, tuple(range(1000 // 64))))
+    first = w.start_pass(0.0, False)
+    alone = p.start_pass(0.0, False)
+    assert first is not None and alone is not None
+    assert first.end_ms == alone.end_ms  # prefill time only
+    w.finish_pass()
+    second = w.start_pass(first.end_ms, False)
+    assert second is not None and second.end_ms > first.end_ms
+
+
+def test_an_aggregated_run_uses_the_same_engines_as_a_disaggregated_one() -> None:
+    """With one worker and requests far apart, the aggregated TTFT is the prefill's time: the
+    same number the disaggregated prefill pool reports for the same prompt, before its handoff."""
+    summary = run(ReplayConfig.from_values({"synthetic": 5, "rate": 0.01, "isl_mean": 1000, "osl_mean": 2,
+                                            "spread": 0.0, "prefix_groups": 0, "mode": "agg", "workers": 1})).summary
+    assert summary["completed_requests"] == 5
+    assert summary["min_ttft_ms"] == pytest.approx(summary["max_ttft_ms"])
+
+
+@pytest.mark.parametrize(("values", "field"), [
+    ({"fault_cancel_rate": 0.1}, "faults.cancel_rate"),
+    ({"worker_crash": ["decode:0@100"]}, "faults.crashes"),
+    ({"planner": "throughput"}, "planner.policy"),
+    ({"events": "events.jsonl"}, "outputs.events"),
+    ({"decode.max_num_seqs": 8}, "prefill.max_num_seqs"),
+    ({"workers": 0}, "cluster.workers"),
+])
+def test_what_an_aggregated_cluster_cannot_have_is_refused_by_field(values: dict[str, object], field: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        _agg(**values)
+    assert err.value.field == field
+
+
+def test_the_cli_runs_it_and_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "report.json"
+    assert dmocker_main(["replay", "--synthetic", "60", "--mode", "agg", "--workers", "2", "--out", str(out)]) == 0
+    assert "vllm 2 aggregated" in capsys.readouterr().out
+    report = json.loads(out.read_text())
+    assert report["config"]["cluster"]["mode"] == "agg" and report["config"]["cluster"]["workers"] == 2
+    # the report's config reruns the same run
+    again = tmp_path / "again.json"
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(report["config"]))
+    assert dmocker_main(["replay", "--config", str(cfg), "--quiet", "--out", str(again)]) == 0
+    assert json.loads(again.read_text())["summary"] == report["summary"]
+
+
+def test_sweep_gpus_sets_aggregated_against_every_split(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "sweep.json"
+    assert dmocker_main(["sweep", "--synthetic", "80", "--rate", "20", "--gpus", "3", "--jobs", "1",
+                         "--out", str(out)]) == 0
+    table = capsys.readouterr().out
+    for name in ("3 agg", "1P+2D", "2P+1D"):
+        assert name in table
+    doc = json.loads(out.read_text())
+    shapes = sorted((r["config"].get("mode"), r["gpus"]) for r in doc["runs"])
+    assert shapes == [("agg", 3), ("disagg", 3), ("disagg", 3)]
+    assert doc["axes"]["gpus"] == [3]
+    assert all(isinstance(r["goodput_per_gpu"], float) for r in doc["runs"])
+
+
+def test_sweep_gpus_refuses_a_swept_pool_size(capsys: pytest.CaptureFixture[str]) -> None:
+    assert dmocker_main(["sweep", "--synthetic", "20", "--gpus", "4", "--prefill-workers", "1,2"]) == 2
+    assert "--gpus sets the cluster's shape" in capsys.readouterr().err
