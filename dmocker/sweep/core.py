@@ -82,7 +82,8 @@ def plan_sweep(
         clash = sorted({k for k in axes for p in _paths(k) for s in SHAPE_KEYS if p in _paths(s)})
         if clash:
             raise GridError(f"--gpus sets the cluster's shape: do not also sweep {', '.join(clash)}")
-        configs = [{**shape, **values} for shape in gpu_shapes(gpus) for values in configs]
+        shapes = gpu_shapes(gpus, base.model.tensor_parallel_size)
+        configs = [{**shape, **values} for shape in shapes for values in configs]
     if not configs:
         raise GridError("the sweep is empty")
     routers: set[str] = set()

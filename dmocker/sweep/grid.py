@@ -185,13 +185,16 @@ def expand(axes: dict[str, tuple[ConfigValue, ...]]) -> list[dict[str, ConfigVal
 SHAPE_KEYS = ("mode", "workers", "prefill_workers", "decode_workers")
 
 
-def gpu_shapes(counts: tuple[ConfigValue, ...]) -> list[dict[str, ConfigValue]]:
-    """For each GPU count N: N workers aggregated, then every prefill/decode split of N (1P+(N-1)D
-    first), so one sweep compares them at equal cost."""
+def gpu_shapes(counts: tuple[ConfigValue, ...], gpus_per_worker: int = 1) -> list[dict[str, ConfigValue]]:
+    """For each GPU count N (``gpus_per_worker`` GPUs a worker: the tensor-parallel size), its
+    N / gpus_per_worker workers aggregated, then every prefill/decode split of them (1P first),
+    so one sweep compares them at equal cost."""
     shapes: list[dict[str, ConfigValue]] = []
-    for n in counts:
-        if isinstance(n, bool) or not isinstance(n, int) or n < 2:
-            raise GridError(f"--gpus: a GPU count must be an integer >= 2 (one prefill and one decode worker), got {n!r}")
+    for g in counts:
+        if isinstance(g, bool) or not isinstance(g, int) or g % gpus_per_worker or g // gpus_per_worker < 2:
+            raise GridError(f"--gpus: a GPU count must be a multiple of the {gpus_per_worker} GPU(s) of a worker "
+                            f"that makes at least 2 workers (one prefill, one decode), got {g!r}")
+        n = g // gpus_per_worker
         shapes.append({"mode": "agg", "workers": n})
         shapes.extend({"mode": "disagg", "prefill_workers": p, "decode_workers": n - p} for p in range(1, n))
     return shapes
