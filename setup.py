@@ -61,6 +61,7 @@ COMPILED = [
     "dmocker/replay/events.py",
     "dmocker/replay/records.py",
     "dmocker/replay/request_state.py",
+    "dmocker/replay/runtime/agg.py",
     "dmocker/replay/runtime/clock.py",
     "dmocker/replay/runtime/control.py",
     "dmocker/replay/runtime/executor.py",
