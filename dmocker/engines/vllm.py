@@ -102,9 +102,10 @@ class VllmWorker(EngineWorker, WorkerProbes):
         bs = args.page_tokens  # (resolved once: a missing block size is looked up in the spec)
         self._bs = bs
         self._record = record_kv_events and args.enable_prefix_caching
-        # bulk runs cover the common decode case only (see LockstepRuns.begin)
+        # bulk runs cover the common decode case only (see LockstepRuns.begin): a decode
+        # worker's, or an aggregated one's while its batch only decodes
         self._bulk_ok = (args.decode_kv_accounting is DecodeKvAccounting.LOGICAL
-                         and args.worker_type is WorkerType.DECODE and not self._record)
+                         and args.worker_type is not WorkerType.PREFILL and not self._record)
         self.pool = pool = BlockPool(args.num_gpu_blocks, record=self._record)
         timing = PassTiming(args)
         book: HandoffBook[VllmRequest] = HandoffBook(pool, bs, "block size", args.enable_prefix_caching,

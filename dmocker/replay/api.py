@@ -102,7 +102,7 @@ def _replay(config: ReplayConfig, stepping: DecodeStepping, progress: bool) -> R
         raise TypeError(f"run() takes a ReplayConfig (docs/config.md), got {type(config).__name__}: "
                         "build one with ReplayConfig(...) or ReplayConfig.from_values({...})")
     if config.cluster.mode is ClusterMode.AGG:
-        return _replay_agg(config, progress, started)
+        return _replay_agg(config, stepping, progress, started)
     # ---- what the configuration alone cannot check: user code, the trace's lines ----------
     prefill_args, decode_args = config.engine_args()
     order: HandoffOrder = order_for_engine(prefill_args.engine)
@@ -208,7 +208,7 @@ def _replay(config: ReplayConfig, stepping: DecodeStepping, progress: bool) -> R
     )
 
 
-def _replay_agg(config: ReplayConfig, progress: bool, started: float) -> Report:
+def _replay_agg(config: ReplayConfig, stepping: DecodeStepping, progress: bool, started: float) -> Report:
     """An aggregated run (``cluster.mode = agg``): one pool of workers, no handoff."""
     args = config.agg_engine_args()
     router_spec = parse_router(config.router.name)
@@ -240,6 +240,7 @@ def _replay_agg(config: ReplayConfig, progress: bool, started: float) -> Report:
             trace_block=admission.trace_block_size, block_size=args.page_tokens,
             max_sim_time_ms=config.limits.max_sim_time_ms, records=_as_io(records_w),
             on_retired=bar.retired if bar is not None else None, sampler=recorder,
+            bulk=stepping is DecodeStepping.BULK,
         )
         if recorder is not None:
             add_standard_gauges(recorder, lambda: runtime.in_flight, [], workers)

@@ -11,7 +11,9 @@ when it finishes.  A pass is charged the prefill time of its prompt tokens plus 
 of its batch (``WorkerType.AGGREGATED``).
 
 Per time step: pass completions, then arrivals, then the workers' passes, to a fixed point.
-Every pass is simulated on its own (no bulk decode runs: prompts keep joining the batch).
+The workers' passes are started and completed by the same :class:`~.passes.PassScheduler` as
+the disaggregated decode pool's, bulk decode runs included (an arrival on a worker cuts its run
+first); this object is its listener.
 
 Why a loop of its own rather than the disaggregated one with a pool left out: that loop's parts
 are about the handoff (coordinators, actions, transfers, two pools); this one has none of them
@@ -39,11 +41,15 @@ from ..timeseries import TimeSeriesRecorder
 from ..workload import AdmissionQueue, ReadyTurn, Turn
 from .clock import Clock
 from .loop import RuntimeResult
+from .passes import PassScheduler
 from .pool import WorkerPool
+from .requests import ActionQueue
 
 __all__ = ["AggRequest", "AggRuntime"]
 
 _PASS: Final = int(EventKind.PASS_COMPLETION)
+_D: Final = int(Stage.DECODE)
+_DECODE: Final = Stage.DECODE
 _COMPLETED: Final = TerminalStatus.COMPLETED
 _REJECTED: Final = TerminalStatus.REJECTED
 
@@ -82,10 +88,16 @@ class AggRuntime:
         records: IO[str] | None = None,
         on_retired: Callable[[int], None] | None = None,
         sampler: TimeSeriesRecorder | None = None,
+        bulk: bool = True,
     ) -> None:
-        self.clock = Clock()
-        self.events: EventQueue[int] = EventQueue()
+        self.clock = clock = Clock()
+        self.events: EventQueue[object] = EventQueue()
         self.pool = WorkerPool(Stage.DECODE, workers, router)
+        # The pass scheduler serves pools by stage: the workers are its decode pool, beside an
+        # empty prefill pool.  Bulk runs are off with a time cap, as in the disaggregated replay.
+        pools = (WorkerPool(Stage.PREFILL, [], RoundRobin()), self.pool)
+        self.passes = PassScheduler(clock, self.events, pools, ActionQueue(), self, observer=None,
+                                    bulk=bulk and max_sim_time_ms is None)
         for idx in range(len(workers)):
             router.add_worker(idx, 0.0)
         self.admission = admission
@@ -102,7 +114,6 @@ class AggRuntime:
         self.kv_feed = router.wants_kv_events
         self.reuse = [0, 0]  # completed requests: reused input tokens, input tokens
         self.hash_cache: dict[int, tuple[int, ...]] = {}
-        self.started = False  # this time step is past its first round of passes
         admission.set_prefetch(self._prefetch_hashes)
 
     @property
@@ -142,21 +153,20 @@ class AggRuntime:
         heap = self.events.raw
         admission = self.admission
         pool = self.pool
-        self.started = False
+        passes = self.passes
+        passes.started = False
         while True:
             now = self.clock.now_ms
             changed = False
-            while heap and top_time(heap) == now and top_kind(heap) == _PASS:
-                idx = self.events.pop_top()
-                self._finish(idx, pool.workers[idx].finish_pass())
-                changed = True
+            if heap and top_time(heap) == now and top_kind(heap) == _PASS:
+                changed = passes.apply_completions()
             if admission.has_ready(now):
                 for item in admission.drain_ready(now):
                     self._arrive(item)
                 changed = True
             if pool.any_dirty():
-                changed = self._drive_passes() or changed
-            self.started = True
+                changed = passes.drive_pool(_DECODE) or changed
+            passes.started = True
             if not changed:
                 return
 
@@ -202,7 +212,9 @@ class AggRuntime:
         req.worker = idx
         if self.signals:
             req.overlap = pool.router.overlap_tokens(req.rid)
-        # A plain request only joins the worker's waiting queue, also while a pass is in flight.
+        # A plain request only joins the worker's waiting queue, also while a pass is in flight;
+        # a bulk run in flight is cut first, where the pass-by-pass replay would be.
+        self.passes.settle(_D, idx)
         pool.workers[idx].submit(req.request)
         pool.dirty[idx] = True
 
@@ -214,40 +226,9 @@ class AggRuntime:
                 raise RouterError(f"router released request {rid}, which it does not hold")
             self._submit(req, idx)
 
-    # ------------------------------------------------------------------ passes
+    # ------------------------------------------------------------------ passes (the PassListener)
 
-    def _drive_passes(self) -> bool:
-        """Ask dirty idle workers to start passes until none starts one.  Completions due at
-        the same time pop in the order their passes started (worker order within a round)."""
-        pool = self.pool
-        workers = pool.workers
-        dirty = pool.dirty
-        now = self.clock.now_ms
-        changed = False
-        progress = True
-        rank = 0
-        while progress:
-            progress = False
-            for idx in pool.serving:
-                if not dirty[idx]:
-                    continue
-                dirty[idx] = False
-                w = workers[idx]
-                if w.busy:
-                    continue  # its pass completion marks it dirty again
-                plan = w.start_pass(now, False)
-                if plan is None:
-                    continue
-                progress = changed = True
-                self._on_pass_start(plan, idx)
-                if plan.end_ms <= now:
-                    self._finish(idx, w.finish_pass())
-                else:
-                    self.events.push(plan.end_ms, _PASS, idx, now, rank)
-                    rank += 1
-        return changed
-
-    def _on_pass_start(self, plan: PassPlan, idx: int) -> None:
+    def pass_started(self, stage: Stage, plan: PassPlan, idx: int) -> None:
         now = self.clock.now_ms
         collector = self.collector
         for adm in plan.admissions:
@@ -261,12 +242,10 @@ class AggRuntime:
         if self.kv_feed and plan.pass_start_kv_events:
             self.pool.router.on_kv_events(idx, plan.pass_start_kv_events, now)
 
-    def _finish(self, idx: int, done: PassCompletion) -> None:
+    def pass_done(self, stage: Stage, done: PassCompletion, idx: int) -> None:
         """Worker ``idx`` ended a pass: KV events, tokens, first tokens to the router, terminals."""
-        pool = self.pool
-        pool.dirty[idx] = True
         now = self.clock.now_ms
-        router = pool.router
+        router = self.pool.router
         if self.kv_feed and done.kv_events:
             router.on_kv_events(idx, done.kv_events, now)
         self.collector.on_tokens(done.emitted, now, idx, done.run_times, done.delta)

@@ -139,9 +139,8 @@ class DisaggRuntime:
         self.effects = effects = PassEffects(clock, collector, handoffs, routing, lifecycle, observer=planner)
         # Bulk decode runs are off with a time cap: a run reports its passes' tokens when it
         # completes, so a run crossing the cap would leave out the passes it ended by the cap.
-        self.passes = passes = PassScheduler(clock, self.events, pools, table, queue, collector, effects,
-                                             observer=planner, bulk=bulk and max_sim_time_ms is None,
-                                             kv_feed=routing.kv_feed)
+        self.passes = passes = PassScheduler(clock, self.events, pools, queue, effects,
+                                             observer=planner, bulk=bulk and max_sim_time_ms is None)
         self.executor = ActionExecutor(clock, self.events, pools, passes, handoffs, routing, lifecycle, collector,
                                        observer=planner)
         self.control = ClusterControl(clock, self.events, pools, table, queue, passes, handoffs, routing, collector,

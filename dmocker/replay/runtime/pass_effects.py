@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from typing import Final
 
-from dmocker.engines.interface import PassCompletion
+from dmocker.engines.interface import PassCompletion, PassPlan
 from dmocker.handoff import Failed
 
 from ..collector import Collector, TerminalStatus
-from ..request_state import Stage
+from ..errors import ReplayInvariantError
+from ..request_state import Phase, Stage
 from .clock import Clock
 from .handoffs import Handoffs
 from .lifecycle import Lifecycle
@@ -26,10 +27,14 @@ _D: Final = 1
 _PREFILL: Final = Stage.PREFILL
 _COMPLETED: Final = TerminalStatus.COMPLETED
 _REJECTED: Final = TerminalStatus.REJECTED
+_QUEUED_PREFILL: Final = Phase.QUEUED_PREFILL
+_RUNNING_PREFILL: Final = Phase.RUNNING_PREFILL
+_READY_DECODE: Final = Phase.READY_DECODE
+_RUNNING_DECODE: Final = Phase.RUNNING_DECODE
 
 
 class PassEffects:
-    """Applies completed passes (the pass scheduler's :class:`~.passes.PassListener`)."""
+    """Applies started and completed passes (the pass scheduler's :class:`~.passes.PassListener`)."""
 
     __slots__ = ("clock", "collector", "handoffs", "routing", "lifecycle", "observer", "source_output_tokens")
 
@@ -42,6 +47,41 @@ class PassEffects:
         self.lifecycle = lifecycle
         self.observer = observer
         self.source_output_tokens = 0  # tokens the prefill pool emitted (its first tokens)
+
+    def pass_started(self, stage: Stage, plan: PassPlan, idx: int) -> None:
+        """Admissions of a starting pass (the requests' admission times and phases), then the
+        blocks it stored, for the prefill router (vLLM's become visible at pass start)."""
+        now = self.clock.now_ms
+        live = self.lifecycle.table.live
+        collector = self.collector
+        for adm in plan.admissions:
+            req = live.get(adm.request_id)
+            if req is None:
+                raise ReplayInvariantError(f"admission of unknown request {adm.request_id}")
+            collector.on_admit(req.rid, adm.reused_input_tokens)
+            if req.first_admit_ms is None:
+                req.first_admit_ms = now
+            if stage is _PREFILL:
+                if req.prefill_admit_ms is None:
+                    req.prefill_admit_ms = now
+                    req.prefill_reused = adm.reused_input_tokens
+                    if self.observer is not None:
+                        self.observer.on_prefill_admit(req.rid, adm.reused_input_tokens, req.turn.input_length)
+                if req.phase is _QUEUED_PREFILL:
+                    req.phase = _RUNNING_PREFILL
+            else:
+                collector.on_decode_admit(req.rid, idx)
+                if req.decode_admit_ms is None:
+                    req.decode_admit_ms = now
+                    req.decode_reused = adm.reused_input_tokens
+                if req.phase is _READY_DECODE:
+                    req.phase = _RUNNING_DECODE
+                elif req.phase is not _RUNNING_DECODE:
+                    raise ReplayInvariantError(
+                        f"decode admission of request {req.rid} in phase {req.phase.value}"
+                    )
+        if plan.pass_start_kv_events and stage is _PREFILL and self.routing.kv_feed:
+            self.routing.pools[0].router.on_kv_events(idx, plan.pass_start_kv_events, now)
 
     def pass_done(self, stage: Stage, done: PassCompletion, idx: int) -> None:
         lifecycle = self.lifecycle

@@ -22,14 +22,12 @@ from typing import Final, Protocol, cast
 
 from dmocker.engines.interface import PassCompletion, PassPlan
 
-from ..collector import Collector
-from ..errors import ReplayInvariantError
 from ..events import EventKind, EventQueue, top_kind, top_time
-from ..request_state import Phase, Stage
+from ..request_state import Stage
 from .clock import Clock
 from .observer import ClusterObserver
 from .pool import WorkerPool
-from .requests import ActionQueue, RequestTable
+from .requests import ActionQueue
 
 __all__ = ["PassScheduler", "PassListener"]
 
@@ -55,13 +53,13 @@ _RANK_P2: Final = 1 << 20
 _RANK_D1: Final = 1 << 21
 _RANK_LATE: Final = 1 << 22
 _PREFILL: Final = Stage.PREFILL
-_QUEUED_PREFILL: Final = Phase.QUEUED_PREFILL
-_RUNNING_PREFILL: Final = Phase.RUNNING_PREFILL
-_READY_DECODE: Final = Phase.READY_DECODE
-_RUNNING_DECODE: Final = Phase.RUNNING_DECODE
 
 
 class PassListener(Protocol):
+    def pass_started(self, stage: Stage, plan: PassPlan, idx: int) -> None:
+        """Worker ``idx`` of ``stage`` started a pass that admits requests or stores blocks
+        (``plan.admissions``, ``plan.pass_start_kv_events``): apply what that means now."""
+
     def pass_done(self, stage: Stage, done: PassCompletion, idx: int) -> None:
         """Worker ``idx`` of ``stage`` completed a pass (or a bulk run): apply its effects."""
 
@@ -69,33 +67,27 @@ class PassListener(Protocol):
 class PassScheduler:
     """Starts the passes of both pools' workers and applies their completions in order."""
 
-    __slots__ = ("clock", "events", "pools", "table", "queue", "collector", "observer", "listener", "bulk",
-                 "kv_feed", "started", "run_push", "run_pass_ms", "solo", "solo_next")
+    __slots__ = ("clock", "events", "pools", "queue", "observer", "listener", "bulk",
+                 "started", "run_push", "run_pass_ms", "solo", "solo_next")
 
     def __init__(
         self,
         clock: Clock,
         events: EventQueue[object],
         pools: tuple[WorkerPool, ...],
-        table: RequestTable,
         queue: ActionQueue,
-        collector: Collector,
         listener: PassListener,
         *,
         observer: ClusterObserver | None,
         bulk: bool,
-        kv_feed: bool,
     ) -> None:
         self.clock = clock
         self.events = events
         self.pools = pools
-        self.table = table
         self.queue = queue
-        self.collector = collector
         self.listener = listener
         self.observer = observer
         self.bulk = bulk
-        self.kv_feed = kv_feed
         self.started = False  # this time step is past its first pool phase
         # a bulk run's push: (time, rank of that push, rank of a first-round push of its pool)
         self.run_push: dict[tuple[int, int], tuple[float, int, int]] = {}
@@ -171,10 +163,8 @@ class PassScheduler:
                 progress = changed = True
                 if observer is not None:
                     observer.on_pass(stage, idx, plan)
-                if plan.admissions:
-                    self._on_pass_start(stage, plan, idx)
-                if plan.pass_start_kv_events and self.kv_feed and st == _P:
-                    pool.router.on_kv_events(idx, plan.pass_start_kv_events, now)
+                if plan.admissions or plan.pass_start_kv_events:
+                    self.listener.pass_started(stage, plan, idx)
                 end = plan.end_ms
                 if end <= now:
                     completion = w.finish_pass()
@@ -249,35 +239,3 @@ class PassScheduler:
             if cast(int, e[1]) == _PASS and e[5] == key:
                 return cast(float, e[2]), cast(float, e[0])
         return None
-
-    def _on_pass_start(self, stage: Stage, plan: PassPlan, idx: int) -> None:
-        """Admissions of a starting pass: the requests' admission times and phases."""
-        now = self.clock.now_ms
-        live = self.table.live
-        collector = self.collector
-        for adm in plan.admissions:
-            req = live.get(adm.request_id)
-            if req is None:
-                raise ReplayInvariantError(f"admission of unknown request {adm.request_id}")
-            collector.on_admit(req.rid, adm.reused_input_tokens)
-            if req.first_admit_ms is None:
-                req.first_admit_ms = now
-            if stage is _PREFILL:
-                if req.prefill_admit_ms is None:
-                    req.prefill_admit_ms = now
-                    req.prefill_reused = adm.reused_input_tokens
-                    if self.observer is not None:
-                        self.observer.on_prefill_admit(req.rid, adm.reused_input_tokens, req.turn.input_length)
-                if req.phase is _QUEUED_PREFILL:
-                    req.phase = _RUNNING_PREFILL
-            else:
-                collector.on_decode_admit(req.rid, idx)
-                if req.decode_admit_ms is None:
-                    req.decode_admit_ms = now
-                    req.decode_reused = adm.reused_input_tokens
-                if req.phase is _READY_DECODE:
-                    req.phase = _RUNNING_DECODE
-                elif req.phase is not _RUNNING_DECODE:
-                    raise ReplayInvariantError(
-                        f"decode admission of request {req.rid} in phase {req.phase.value}"
-                    )
