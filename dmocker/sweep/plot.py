@@ -82,10 +82,19 @@ def plot_frontier(
             stacked = nxt is not None and abs(pts[nxt][0] - pts[i][0]) < 0.03 * span
             ax.annotate(pts_rows[i].name, pts[i], textcoords="offset points",
                         xytext=(6, -11) if stacked else (6, 5), fontsize=7, zorder=5)
+        if len(pts) <= 12:  # a small sweep: name the configurations off the frontier too
+            on_front = set(front)
+            for i, p in enumerate(pts):
+                if i not in on_front:
+                    ax.annotate(pts_rows[i].name, p, textcoords="offset points", xytext=(6, 5), fontsize=7,
+                                color="#6b7785", zorder=5)
         if mark is not None and mark in pts_rows:
             m = pts[pts_rows.index(mark)]
             ax.scatter([m[0]], [m[1]], marker="*", s=160, color="#d9480f", zorder=4, alpha=0.85,
                        label="best capacity per GPU" if max_rate else "cheapest meeting the SLA")
+        if not max_rate and min(xs) > 0 and max(xs) / min(xs) > 50:
+            # one overloaded shape's TTFT would squeeze the others into a corner
+            ax.set_xscale("log")
         ax.legend(loc="best", fontsize=8)
     else:
         ax.text(0.5, 0.5, "no successful configuration", ha="center", va="center", transform=ax.transAxes)
