@@ -7,9 +7,10 @@ signals and the coordinators' facts, in the reference's order.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final
 
-from dmocker.engines.interface import PassCompletion, PassPlan
+from dmocker.engines.interface import IdArray, PassCompletion, PassPlan
 from dmocker.handoff import Failed
 
 from ..collector import Collector, TerminalStatus
@@ -36,7 +37,8 @@ _RUNNING_DECODE: Final = Phase.RUNNING_DECODE
 class PassEffects:
     """Applies started and completed passes (the pass scheduler's :class:`~.passes.PassListener`)."""
 
-    __slots__ = ("clock", "collector", "handoffs", "routing", "lifecycle", "observer", "source_output_tokens")
+    __slots__ = ("clock", "collector", "handoffs", "routing", "lifecycle", "observer", "source_output_tokens",
+                 "token_sink")
 
     def __init__(self, clock: Clock, collector: Collector, handoffs: Handoffs, routing: Routing, lifecycle: Lifecycle,
                  *, observer: ClusterObserver | None) -> None:
@@ -47,6 +49,8 @@ class PassEffects:
         self.lifecycle = lifecycle
         self.observer = observer
         self.source_output_tokens = 0  # tokens the prefill pool emitted (its first tokens)
+        # A live edge streams each decode pass's tokens as it ends (passes one by one: no bulk runs).
+        self.token_sink: Callable[[IdArray, float], None] | None = None
 
     def pass_started(self, stage: Stage, plan: PassPlan, idx: int) -> None:
         """Admissions of a starting pass (the requests' admission times and phases), then the
@@ -99,6 +103,8 @@ class PassEffects:
             return
         # Decode: tokens, then terminals, then lifecycle facts (the reference's order).
         self.collector.on_tokens(done.emitted, self.clock.now_ms, idx, done.run_times, done.delta)
+        if self.token_sink is not None:
+            self.token_sink(done.emitted, self.clock.now_ms)
         if not done.finished and not done.rejected:
             if done.lifecycle:
                 handoffs.lifecycle(done.lifecycle)

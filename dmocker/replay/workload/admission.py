@@ -211,6 +211,15 @@ class AdmissionQueue:
         self._outstanding += 1
         return ReadyTurn(turn, arrival_ms)
 
+    def push(self, turn: Turn, arrival_ms: float) -> None:
+        """A turn that arrives from outside the workload (a live server's request), released at
+        ``arrival_ms``; ties with other turns ready then go in the order they became known."""
+        if turn.request_id in self._preloaded or turn.request_id in self._next_of:
+            raise WorkloadError(f"request {turn.request_id} is already known", field="request_id")
+        self._preloaded[turn.request_id] = turn
+        heapq.heappush(self._ready, (arrival_ms, self._seq, turn.request_id))
+        self._seq += 1
+
     def on_request_terminal(self, request_id: int, now_ms: float) -> None:
         """A released turn ended (any status): gate its session's next turn on it."""
         nxt = self._next_of.pop(request_id, None)

@@ -1,0 +1,177 @@
+"""The replay's cluster driven from outside: a live edge (a mock server) hands it requests as they
+arrive and moves it forward to its own clock.
+
+Why here and not in the server: the cluster a client meets must be the one the replay simulates
+-- the same engines, coordinator, routers, collector and event log, in the same order of
+phases -- so that the TTFT and ITL a client measures are the ones the replay predicts for the
+same arrivals.  :class:`LiveCluster` owns no clock and does no I/O: the edge calls
+:meth:`~LiveCluster.submit` for each arriving request (at the edge's time), then
+:meth:`~LiveCluster.advance` to that time, and again when :meth:`~LiveCluster.next_due_ms` comes;
+tokens and ends come back through the callbacks, during those calls.  Requests submitted at the
+same time are released together, as a trace's simultaneous arrivals are.
+
+Passes are simulated one by one (no bulk decode runs), so every pass's tokens are reported
+when the pass ends.  The collector keeps a slot per request, so a cluster takes at most
+``capacity`` requests in its life.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import IO
+
+from dmocker.engines.interface import EngineWorker, IdArray
+from dmocker.engines.registry import make_worker
+from dmocker.handoff import order_for_engine
+
+from .collector import Collector, TerminalStatus
+from .config import ClusterMode, ReplayConfig
+from .report import JsonValue, SlaThresholds, build_summary
+from .routing import Pool, RouterContext, parse_router
+from .runtime import DisaggRuntime
+from .workload import NO_NEXT, AdmissionQueue, SessionStart, Turn
+
+__all__ = ["LiveCluster", "LiveError"]
+
+TokenSink = Callable[[list[int], float], None]
+"""Called with the ids of the requests that each got one token, and the time (ms)."""
+
+EndSink = Callable[[int, TerminalStatus, float], None]
+"""Called when a request has left the cluster: its id, its terminal status, the time (ms)."""
+
+
+class LiveError(ValueError):
+    """A configuration the live cluster does not run, or a request it cannot take."""
+
+
+class _Arrivals:
+    """The workload of a live cluster: no turns of its own; requests are pushed as they come."""
+
+    def __init__(self, trace_block_size: int) -> None:
+        self._block = trace_block_size
+
+    @property
+    def trace_block_size(self) -> int:
+        return self._block
+
+    @property
+    def num_requests(self) -> int:
+        return 0
+
+    def session_starts(self) -> Iterator[SessionStart]:
+        return iter(())
+
+    def load(self, request_id: int) -> Turn:
+        raise LiveError(f"request {request_id} was not submitted")
+
+    def delay_of(self, request_id: int) -> float:
+        return 0.0
+
+
+class LiveCluster:
+    """A disaggregated cluster of the replay, driven from outside (module docstring)."""
+
+    def __init__(
+        self,
+        config: ReplayConfig,
+        *,
+        capacity: int = 100_000,
+        trace_block_size: int | None = None,
+        on_tokens: TokenSink | None = None,
+        on_end: EndSink | None = None,
+        events: IO[str] | None = None,
+        records: IO[str] | None = None,
+    ) -> None:
+        """``trace_block_size``: tokens per entry of a request's ``hash_ids`` (default: the
+        engine's block size, one hash id per KV block)."""
+        if config.cluster.mode is not ClusterMode.DISAGG:
+            raise LiveError("a live cluster is disaggregated (cluster.mode = disagg)")
+        if config.planner.policy is not None:
+            raise LiveError("a live cluster runs without a planner")
+        if capacity < 1:
+            raise LiveError(f"capacity must be >= 1, got {capacity}")
+        prefill_args, decode_args = config.engine_args()
+        self.config = config
+        self.capacity = capacity
+        self._on_tokens = on_tokens
+        self._on_end = on_end
+        router_spec = parse_router(config.router.name)
+        routing = config.router.kv.validate()
+        routers = tuple(
+            router_spec.build(RouterContext(pool, config.router.seed, args.page_tokens, args.max_num_batched_tokens),
+                              routing)
+            for pool, args in ((Pool.PREFILL, prefill_args), (Pool.DECODE, decode_args))
+        )
+        kv_feed = routers[0].wants_kv_events
+        p_workers: list[EngineWorker] = [
+            make_worker(prefill_args, i, record_kv_events=kv_feed) for i in range(config.cluster.prefill_workers)
+        ]
+        d_workers: list[EngineWorker] = [make_worker(decode_args, i) for i in range(config.cluster.decode_workers)]
+        self.collector = Collector(capacity)
+        self._admission = AdmissionQueue(_Arrivals(trace_block_size or prefill_args.page_tokens))
+        self.runtime = DisaggRuntime(
+            admission=self._admission, prefill_args=prefill_args, decode_args=decode_args,
+            prefill_workers=p_workers, decode_workers=d_workers, order=order_for_engine(prefill_args.engine),
+            collector=self.collector, records=records, events=events, on_retired=self._retired,
+            prefill_router=routers[0], decode_router=routers[1], bulk=False,
+        )
+        self.runtime.effects.token_sink = self._tokens
+        self._next_id = 0
+        self.runtime.start()
+
+    # ------------------------------------------------------------------ the edge's calls
+
+    @property
+    def now_ms(self) -> float:
+        return self.runtime.now_ms
+
+    def submit(self, input_length: int, output_length: int, hash_ids: tuple[int, ...], now_ms: float) -> int:
+        """A request arrives at ``now_ms`` (not before the cluster's time): its id.  It enters
+        the cluster at the next :meth:`advance` to ``now_ms`` or later.  ``hash_ids``: one id
+        per ``trace_block_size`` tokens of the prompt, equal ids for equal prefixes."""
+        if now_ms < self.runtime.now_ms:
+            raise LiveError(f"request at {now_ms} ms, before the cluster's time {self.runtime.now_ms} ms")
+        if isinstance(input_length, bool) or not isinstance(input_length, int) or input_length < 1:
+            raise LiveError(f"input_length must be a positive integer, got {input_length!r}")
+        if isinstance(output_length, bool) or not isinstance(output_length, int) or output_length < 1:
+            raise LiveError(f"output_length must be a positive integer, got {output_length!r}")
+        rid = self._next_id
+        if rid >= self.capacity:
+            raise LiveError(f"the cluster takes {self.capacity} requests in its life (capacity)")
+        self._next_id = rid + 1
+        self._admission.push(Turn(rid, input_length, output_length, tuple(hash_ids), 0.0, NO_NEXT, rid, 0), now_ms)
+        return rid
+
+    def advance(self, now_ms: float) -> None:
+        """Apply everything due up to ``now_ms`` (submitted requests included), in the replay's
+        order; tokens and ends are reported meanwhile."""
+        self.runtime.advance(now_ms)
+
+    def next_due_ms(self) -> float | None:
+        """When the cluster next changes by itself (None: not until a request arrives)."""
+        return self.runtime.next_due_ms()
+
+    @property
+    def in_flight(self) -> int:
+        return self.runtime.table.in_flight
+
+    def summary(self) -> dict[str, JsonValue]:
+        """The replay's summary of the requests so far."""
+        sla = self.config.sla
+        c, now = self.collector, self.runtime.now_ms
+        # the workers so far, as the replay counts them at its end (no planner: fixed pools)
+        c.prefill_worker_seconds = len(self.runtime.pools[0].workers) * now / 1000.0
+        c.decode_worker_seconds = len(self.runtime.pools[1].workers) * now / 1000.0
+        summary = build_summary(self.collector, handoff_order=order_for_engine(self.config.engine).value,
+                                sla=SlaThresholds(sla.ttft_ms, sla.itl_ms, sla.e2e_ms))
+        return summary
+
+    # ------------------------------------------------------------------ the runtime's callbacks
+
+    def _tokens(self, ids: IdArray, now_ms: float) -> None:
+        if self._on_tokens is not None and len(ids):
+            self._on_tokens(ids.tolist(), now_ms)
+
+    def _retired(self, request_id: int) -> None:
+        if self._on_end is not None:
+            self._on_end(request_id, self.collector.status_of(request_id), self.runtime.now_ms)
