@@ -700,10 +700,13 @@ def chat_chunk(rid: str, created: int, model: str, choice: Choice, first: bool =
 
 
 def usage_chunk(endpoint: Endpoint, rid: str, created: int, model: str, usage: Usage) -> bytes:
-    """The last chunk before ``[DONE]`` when ``include_usage``: no choices, the request's usage."""
+    """The last chunk before ``[DONE]`` when ``include_usage``: no choices, the request's usage.
+
+    vLLM writes this chunk without its null fields (``exclude_none``), so ``prompt_tokens_details``
+    is there only when cached tokens are reported."""
     kind = "text_completion" if endpoint is Endpoint.COMPLETIONS else "chat.completion.chunk"
-    return sse({"id": rid, "object": kind, "created": created, "model": model, "choices": [],
-                "usage": usage.to_json()})
+    counts: JsonObject = {k: v for k, v in usage.to_json().items() if v is not None}
+    return sse({"id": rid, "object": kind, "created": created, "model": model, "choices": [], "usage": counts})
 
 
 def stream_tokens(request: GenerationRequest, rid: str, created: int, num_tokens: int,
