@@ -679,11 +679,16 @@ def response(endpoint: Endpoint, rid: str, created: int, model: str, choices: Se
 
 
 def completion_chunk(rid: str, created: int, model: str, choice: Choice, usage: Usage | None = None) -> bytes:
-    """One streamed ``text_completion`` chunk, SSE-framed; ``usage`` only with continuous usage stats."""
-    return sse({"id": rid, "object": "text_completion", "created": created, "model": model,
-                "choices": [{"index": choice.index, "text": choice.text, "logprobs": None,
-                             "finish_reason": _finish(choice.finish_reason), "stop_reason": None}],
-                "usage": None if usage is None else usage.to_json()})
+    """One streamed ``text_completion`` chunk, SSE-framed; ``usage`` only with continuous usage stats.
+
+    vLLM writes chunks with ``exclude_unset``: the fields it sets, nulls included, and no
+    ``usage`` key unless it set one (``vllm/entrypoints/openai/completion/serving.py``)."""
+    payload: JsonObject = {"id": rid, "object": "text_completion", "created": created, "model": model,
+                           "choices": [{"index": choice.index, "text": choice.text, "logprobs": None,
+                                        "finish_reason": _finish(choice.finish_reason), "stop_reason": None}]}
+    if usage is not None:
+        payload["usage"] = usage.to_json()
+    return sse(payload)
 
 
 def chat_chunk(rid: str, created: int, model: str, choice: Choice, first: bool = False,

@@ -325,7 +325,7 @@ def test_a_completion_stream_with_usage() -> None:
     payloads = [orjson.loads(e) for e in events(chunks[:-1])]
     assert [p["choices"][0]["text"] for p in payloads[:3]] == [TOKEN_TEXT] * 3
     assert [p["choices"][0]["finish_reason"] for p in payloads[:3]] == [None, None, "length"]
-    assert all(p["usage"] is None for p in payloads[:3])
+    assert all("usage" not in p for p in payloads[:3])
     assert payloads[3]["choices"] == [] and payloads[3]["usage"]["completion_tokens"] == 3
     assert payloads[3]["usage"]["prompt_tokens"] == r.prompt_tokens
     assert "".join(p["choices"][0]["text"] for p in payloads[:3]) == generated_text(3)
