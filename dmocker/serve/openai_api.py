@@ -31,7 +31,9 @@ What it does, and whose behaviour it copies (``vllm-project/vllm`` unless said o
   has ``type`` ``"BadRequestError"``. An unknown model is 404 ``"NotFoundError"`` with
   ``param`` ``"model"``. Older vLLM releases, and SGLang today (``ErrorResponse`` in
   ``python/sglang/srt/entrypoints/openai/protocol.py``), send the flat shape ``{"object":
-  "error", "message", "type", "param", "code"}``: :class:`ErrorStyle` picks one.
+  "error", "message", "type", "param", "code"}``: :class:`ErrorStyle` picks one. SGLang's
+  validation errors are ``"Bad Request"`` too, with no ``param``
+  (``python/sglang/srt/entrypoints/http_server.py``).
 * **Counting text as tokens** without a tokenizer (:func:`text_token_ids`): one token per four
   bytes of UTF-8, the last group shorter (``ceil(len(utf8) / 4)`` tokens). Chat messages are
   rendered to one text first (:func:`render_chat`). Docs/serve.md says why this rule.
@@ -50,6 +52,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeAlias
 
+import numpy as np
 import orjson
 
 JsonValue: TypeAlias = "None | bool | int | float | str | list[JsonValue] | dict[str, JsonValue]"
@@ -77,8 +80,6 @@ class ErrorKind(enum.Enum):
     BAD_REQUEST = ("BadRequestError", 400)
     NOT_FOUND = ("NotFoundError", 404)
     INTERNAL = ("InternalServerError", 500)
-    #: the worker cannot take the request now (vLLM answers 503 when its engine is dead or asleep)
-    UNAVAILABLE = ("ServiceUnavailableError", 503)
 
     @property
     def type_name(self) -> str:
@@ -113,9 +114,10 @@ class ApiError(Exception):
 
     def to_json(self, style: ErrorStyle = ErrorStyle.VLLM) -> JsonObject:
         if style is ErrorStyle.FLAT:
-            # SGLang names every 400 BadRequestError (no separate type for schema errors)
-            type_name = "BadRequestError" if self.kind is ErrorKind.VALIDATION else self.kind.type_name
-            return {"object": "error", "message": self.message, "type": type_name, "param": self.param,
+            # SGLang's RequestValidationError handler names no parameter
+            # (python/sglang/srt/entrypoints/http_server.py)
+            param = None if self.kind is ErrorKind.VALIDATION else self.param
+            return {"object": "error", "message": self.message, "type": self.kind.type_name, "param": param,
                     "code": self.kind.status}
         return {"error": {"message": self.message, "type": self.kind.type_name, "param": self.param,
                           "code": self.kind.status}}
@@ -181,8 +183,14 @@ def text_token_ids(text: str) -> tuple[int, ...]:
     share a prefix share the tokens of its whole groups (prefix caching sees them).
     """
     data = text.encode("utf-8")
-    return tuple(int.from_bytes(data[i:i + BYTES_PER_TOKEN], "little") | (len(data[i:i + BYTES_PER_TOKEN]) << 32)
-                 for i in range(0, len(data), BYTES_PER_TOKEN))
+    whole = len(data) // BYTES_PER_TOKEN
+    # numpy reads the whole groups at once: a long prompt is counted on the event loop
+    ids: list[int] = (np.frombuffer(data, dtype="<u4", count=whole).astype(np.int64)
+                      | (BYTES_PER_TOKEN << 32)).tolist()
+    tail = data[whole * BYTES_PER_TOKEN:]
+    if tail:
+        ids.append(int.from_bytes(tail, "little") | len(tail) << 32)
+    return tuple(ids)
 
 
 def count_text_tokens(text: str) -> int:

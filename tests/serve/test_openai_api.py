@@ -159,6 +159,11 @@ def test_the_flat_error_body_of_sglang_and_older_vllm() -> None:
                                                        "type": "BadRequestError", "param": None, "code": 400}
 
 
+def test_sglang_validation_errors_name_no_parameter() -> None:
+    flat = orjson.loads(refused(body(prompt="p", max_tokens="x")).body(ErrorStyle.FLAT))
+    assert (flat["object"], flat["type"], flat["param"], flat["code"]) == ("error", "Bad Request", None, 400)
+
+
 def test_malformed_json_is_a_validation_error() -> None:
     err = refused(b'{"prompt": "p",')
     assert (err.status, err.kind) == (400, ErrorKind.VALIDATION)
@@ -249,6 +254,13 @@ def test_the_counting_rule_by_example() -> None:
 @given(st.text())
 def test_the_count_is_the_number_of_ids(text: str) -> None:
     assert len(text_token_ids(text)) == count_text_tokens(text) == -(-len(text.encode()) // 4)
+
+
+@given(st.text())
+def test_the_ids_are_the_groups_read_little_endian_with_their_length(text: str) -> None:
+    data = text.encode()
+    groups = [data[i:i + 4] for i in range(0, len(data), 4)]
+    assert text_token_ids(text) == tuple(int.from_bytes(g, "little") | len(g) << 32 for g in groups)
 
 
 @given(st.text(), st.text())
