@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import orjson
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dmocker.serve.openai_api import (
@@ -356,3 +356,58 @@ def test_continuous_usage_counts_up() -> None:
     r = parse_completion(body(prompt="abcd", stream=True, stream_options={"continuous_usage_stats": True}), SERVED)
     payloads = [orjson.loads(e) for e in events(stream_tokens(r, "cmpl-1", 0, 3, FinishReason.LENGTH)[:-1])]
     assert [p["usage"]["completion_tokens"] for p in payloads[:3]] == [1, 2, 3]
+
+
+# -- robustness: any body is parsed or refused with a client error, never a crash ---------------
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-2**63, max_value=2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=12)
+FIELDS = ["model", "prompt", "messages", "max_tokens", "max_completion_tokens", "min_tokens", "n", "stream",
+          "stream_options", "ignore_eos", "kv_transfer_params", "bootstrap_host", "bootstrap_port",
+          "bootstrap_room", "request_id", "rid", "temperature", "unknown"]
+likely = {
+    "prompt": st.one_of(st.text(max_size=20), st.lists(st.integers(min_value=0, max_value=50), max_size=5),
+                        st.lists(st.text(max_size=5), max_size=3), json_values),
+    "messages": st.one_of(st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "system"]),
+                                                          "content": st.text(max_size=10)}), max_size=3),
+                          json_values),
+    "max_tokens": st.one_of(st.integers(min_value=-2, max_value=5000), json_values),
+    "stream": st.one_of(st.booleans(), json_values),
+    "stream_options": st.one_of(st.fixed_dictionaries({"include_usage": st.booleans()}), json_values),
+}
+bodies = st.dictionaries(st.sampled_from(FIELDS), json_values, max_size=8).flatmap(
+    lambda d: st.fixed_dictionaries({k: likely.get(k, json_values) for k in d}))
+
+
+def served_or_refused(fields: dict[str, object], endpoint: Endpoint) -> None:
+    try:
+        r = parse(endpoint, orjson.dumps(fields), ServedModel(("m",), max_model_len=64))
+    except ApiError as err:
+        assert err.status in (400, 404)
+        assert orjson.loads(err.body())["error"]["code"] == err.status
+        return
+    assert 1 <= r.max_tokens and 0 <= r.min_tokens <= r.max_tokens
+    assert all(p.num_tokens + r.max_tokens <= 64 for p in r.prompts)
+
+
+@pytest.mark.slow  # the profile's examples of whole bodies: a few seconds
+@given(bodies, st.sampled_from(list(Endpoint)))
+def test_any_body_is_served_or_refused_with_a_client_error(fields: dict[str, object], endpoint: Endpoint) -> None:
+    served_or_refused(fields, endpoint)
+
+
+@settings(max_examples=40)
+@given(bodies, st.sampled_from(list(Endpoint)))
+def test_any_body_is_served_or_refused_short(fields: dict[str, object], endpoint: Endpoint) -> None:
+    served_or_refused(fields, endpoint)
+
+
+@given(st.binary(max_size=64))
+def test_any_bytes_are_served_or_refused(raw: bytes) -> None:
+    try:
+        parse_completion(raw, SERVED)
+    except ApiError as err:
+        assert err.status in (400, 404)
