@@ -36,7 +36,7 @@ What it does, and whose behaviour it copies (``vllm-project/vllm`` unless said o
   (``python/sglang/srt/entrypoints/http_server.py``).
 * **Counting text as tokens** without a tokenizer (:func:`text_token_ids`): one token per four
   bytes of UTF-8, the last group shorter (``ceil(len(utf8) / 4)`` tokens). Chat messages are
-  rendered to one text first (:func:`render_chat`). Docs/serve.md says why this rule.
+  rendered to one text first (:func:`render_chat`). docs/serve.md says why this rule.
 * **Building responses**: non-streaming completion and chat objects with ``usage``, streamed
   chunks framed as Server-Sent Events (``data: {...}\\n\\n``, then ``data: [DONE]\\n\\n``), the
   final usage chunk when ``stream_options.include_usage``. Ids are ``cmpl-<n>`` /
@@ -720,6 +720,21 @@ def usage_chunk(endpoint: Endpoint, rid: str, created: int, model: str, usage: U
     kind = "text_completion" if endpoint is Endpoint.COMPLETIONS else "chat.completion.chunk"
     counts: JsonObject = {k: v for k, v in usage.to_json().items() if v is not None}
     return sse({"id": rid, "object": kind, "created": created, "model": model, "choices": [], "usage": counts})
+
+
+def models_response(served: ServedModel, created: int) -> bytes:
+    """The body of ``GET /v1/models``: vLLM's ``ModelList`` of ``ModelCard``, one per served name
+    (``vllm/entrypoints/openai/engine/protocol.py``), with a counter for the permission ids vLLM draws at random."""
+    cards: list[JsonValue] = []
+    for i, name in enumerate(served.names):
+        permission: JsonObject = {
+            "id": f"modelperm-{i}", "object": "model_permission", "created": created,
+            "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
+            "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False, "organization": "*",
+            "group": None, "is_blocking": False}
+        cards.append({"id": name, "object": "model", "created": created, "owned_by": "vllm", "root": served.names[0],
+                      "parent": None, "max_model_len": served.max_model_len, "permission": [permission]})
+    return orjson.dumps({"object": "list", "data": cards})
 
 
 def stream_tokens(request: GenerationRequest, rid: str, created: int, num_tokens: int,

@@ -26,6 +26,7 @@ from dmocker.serve.openai_api import (
     completion_response,
     count_text_tokens,
     generated_text,
+    models_response,
     parse,
     parse_chat,
     parse_completion,
@@ -411,3 +412,11 @@ def test_any_bytes_are_served_or_refused(raw: bytes) -> None:
         parse_completion(raw, SERVED)
     except ApiError as err:
         assert err.status in (400, 404)
+
+
+def test_the_models_list() -> None:
+    out = orjson.loads(models_response(SERVED, 12))
+    assert out["object"] == "list"
+    assert [(m["id"], m["object"], m["owned_by"], m["max_model_len"], m["created"]) for m in out["data"]] == [
+        ("mock-model", "model", "vllm", 4096, 12), ("alias", "model", "vllm", 4096, 12)]
+    assert out["data"][0]["permission"][0]["object"] == "model_permission"
