@@ -182,9 +182,12 @@ class WorkerMetrics:
         self._hits.inc(hit_tokens)
 
     # -- requests -------------------------------------------------------------------------------
-    def first_token(self, ttft_s: float, prompt_tokens: int) -> None:
-        self._ttft.observe(ttft_s)
+    def prefilled(self, prompt_tokens: int) -> None:
+        """Prompt tokens this worker computed (a decode worker that received the KV computed none)."""
         self._prompt.inc(prompt_tokens)
+
+    def first_token(self, ttft_s: float) -> None:
+        self._ttft.observe(ttft_s)
         self._generation.inc(1)
 
     def next_token(self, itl_s: float) -> None:

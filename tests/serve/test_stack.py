@@ -98,7 +98,8 @@ async def run_server_and_client(port: int) -> None:
             await asyncio.sleep(GAP_S)
             now = time.monotonic()
             if i == 0:
-                metrics.first_token(now - started, req.prompt_tokens)
+                metrics.prefilled(req.prompt_tokens)
+                metrics.first_token(now - started)
             else:
                 metrics.next_token(now - last)
             last = now
