@@ -420,3 +420,36 @@ def test_the_models_list() -> None:
     assert [(m["id"], m["object"], m["owned_by"], m["max_model_len"], m["created"]) for m in out["data"]] == [
         ("mock-model", "model", "vllm", 4096, 12), ("alias", "model", "vllm", 4096, 12)]
     assert out["data"][0]["permission"][0]["object"] == "model_permission"
+
+
+# -- the bodies real proxies send (docs/real-proxies.md) -----------------------------------------------
+
+def test_the_two_legs_of_vllms_nixl_proxy() -> None:
+    client = {"model": "mock-model", "prompt": "Tell me a story", "max_tokens": 40, "min_tokens": 5, "stream": True,
+              "stream_options": {"include_usage": True}}
+    # the prefill leg: kv_transfer_params added, stream off, one token, stream_options and min_tokens dropped
+    prefill_body = {k: v for k, v in client.items() if k not in ("stream_options", "min_tokens")}
+    prefill_body.update(stream=False, max_tokens=1, kv_transfer_params={
+        "do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None, "remote_block_ids": None,
+        "remote_host": None, "remote_port": None})
+    prefill = parse_completion(orjson.dumps(prefill_body), SERVED)
+    assert (prefill.max_tokens, prefill.stream, prefill.min_tokens) == (1, False, 0)
+    assert prefill.kv_transfer_params is not None and prefill.kv_transfer_params["do_remote_decode"] is True
+    # the prefill worker's answer carries its own kv_transfer_params back
+    returned = {"do_remote_prefill": True, "do_remote_decode": False, "remote_block_ids": [0, 1],
+                "remote_engine_id": "prefill-0", "remote_request_id": "r-1", "remote_host": "127.0.0.1",
+                "remote_port": 5600, "tp_size": 1}
+    answer = orjson.loads(completion_response("cmpl-0", 0, prefill.model, [Choice(0, TOKEN_TEXT, FinishReason.LENGTH)],
+                                              Usage(prefill.prompt_tokens, 1), returned))
+    # the decode leg: the client's body with the prefill's kv_transfer_params
+    decode = parse_completion(orjson.dumps({**client, "kv_transfer_params": answer["kv_transfer_params"]}), SERVED)
+    assert decode.kv_transfer_params == returned
+    assert (decode.max_tokens, decode.min_tokens, decode.stream, decode.include_usage) == (40, 5, True, True)
+    assert decode.prompts == prefill.prompts
+
+
+def test_sglang_routers_body_reaches_both_workers_alike() -> None:
+    body_ = {"model": "mock-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "stream": True,
+             "bootstrap_host": "127.0.0.1", "bootstrap_port": 8998, "bootstrap_room": 2**63 - 1}
+    r = parse_chat(orjson.dumps(body_), SERVED)
+    assert r.bootstrap == (Bootstrap("127.0.0.1", 8998, 2**63 - 1),) and r.ignored_fields == ()
