@@ -27,6 +27,7 @@ VERBS: Final[Mapping[str, str]] = {
     "demo": "demo",
     "replay": "replay",
     "sweep": "sweep",
+    "serve": "serve",
     "spec": "spec_cmd",
     "check": "check",
     "conform": "conform",

@@ -22,10 +22,11 @@ from typing import IO
 
 from dmocker.engines.interface import EngineWorker, IdArray
 from dmocker.engines.registry import make_worker
-from dmocker.handoff import order_for_engine
+from dmocker.handoff import Canceled, order_for_engine
 
 from .collector import Collector, TerminalStatus
 from .config import ClusterMode, ReplayConfig
+from .end_of_run import add_end_checks
 from .report import JsonValue, SlaThresholds, build_summary
 from .routing import Pool, RouterContext, parse_router
 from .runtime import DisaggRuntime
@@ -141,6 +142,31 @@ class LiveCluster:
         self._next_id = rid + 1
         self._admission.push(Turn(rid, input_length, output_length, tuple(hash_ids), 0.0, NO_NEXT, rid, 0), now_ms)
         return rid
+
+    def cancel(self, request_id: int, now_ms: float) -> None:
+        """The client of ``request_id`` went away at ``now_ms``: its handoff is canceled (a
+        ``Canceled`` fact) at the next :meth:`advance`; nothing happens if it already ended."""
+        if now_ms < self.runtime.now_ms:
+            raise LiveError(f"cancel at {now_ms} ms, before the cluster's time {self.runtime.now_ms} ms")
+        self.runtime.control.inject(now_ms, request_id, Canceled)
+
+    def drain(self, now_ms: float) -> None:
+        """Stop taking requests: cancel every request in flight at ``now_ms`` and run the
+        cluster until nothing is due (simulated time, at once), so the end state can be checked."""
+        self.advance(now_ms)
+        for rid in self.runtime.control.live_requests():
+            self.cancel(rid, now_ms)
+        self.advance(now_ms)
+        while (due := self.next_due_ms()) is not None:
+            self.advance(due)
+
+    def finish(self, events_path: str | None = None) -> dict[str, JsonValue]:
+        """The summary with the replay's end-of-run checks (leaked KV, open routes, coordinators
+        not complete, and the event log at ``events_path`` against the spec), after :meth:`drain`."""
+        summary = self.summary()
+        add_end_checks(self.runtime, self.collector, summary, order=order_for_engine(self.config.engine),
+                       events_path=events_path)
+        return summary
 
     def advance(self, now_ms: float) -> None:
         """Apply everything due up to ``now_ms`` (submitted requests included), in the replay's

@@ -80,6 +80,8 @@ class ErrorKind(enum.Enum):
     BAD_REQUEST = ("BadRequestError", 400)
     NOT_FOUND = ("NotFoundError", 404)
     INTERNAL = ("InternalServerError", 500)
+    #: the server cannot take the request now (dmocker serve: its request capacity is used up)
+    SERVICE_UNAVAILABLE = ("ServiceUnavailableError", 503)
 
     @property
     def type_name(self) -> str:

@@ -1,0 +1,192 @@
+"""dmocker's own front (``dmocker serve``): one OpenAI-compatible server in front of the whole
+mock prefill/decode cluster, as Dynamo's frontend or an llm-d gateway stands in front of its
+workers.  A request is routed by the replay's routers, handed off between a prefill and a
+decode worker by the spec's coordinator, and its tokens are streamed as the decode worker's
+passes end.
+
+Endpoints: ``POST /v1/completions`` and ``/v1/chat/completions`` (streamed or not),
+``GET /v1/models``, ``/health``, ``/metrics``.  A client that disconnects cancels its request
+(a ``Canceled`` fact: the handoff cleans up both sides).  The mock has no end-of-sequence token:
+a request generates exactly its ``max_tokens`` (``finish_reason: "length"``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from dmocker.replay.collector import TerminalStatus
+from dmocker.replay.live import LiveError
+
+from .cluster import End, RequestStream, ServeCluster
+from .metrics import WorkerMetrics
+from .openai_api import (
+    DONE,
+    TOKEN_TEXT,
+    ApiError,
+    Choice,
+    Endpoint,
+    ErrorKind,
+    FinishReason,
+    GenerationRequest,
+    ServedModel,
+    Usage,
+    chat_chunk,
+    completion_chunk,
+    generated_text,
+    models_response,
+    parse,
+    response,
+    response_id,
+    serving_error,
+    usage_chunk,
+)
+
+__all__ = ["FrontConfig", "build_app"]
+
+_FINISH = {
+    TerminalStatus.COMPLETED: FinishReason.LENGTH,
+    TerminalStatus.CANCELED: FinishReason.ABORT,
+    TerminalStatus.FAILED: FinishReason.ABORT,
+    TerminalStatus.REJECTED: FinishReason.ERROR,
+}
+_JSON = "application/json"
+
+
+@dataclass(frozen=True)
+class FrontConfig:
+    """What the front answers with: the model it serves and the ``created`` stamp of its bodies."""
+
+    served: ServedModel
+    created: int
+
+
+class _Front:
+    def __init__(self, cluster: ServeCluster, config: FrontConfig, metrics: WorkerMetrics | None) -> None:
+        self.cluster = cluster
+        self.config = config
+        self.metrics = metrics
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, Endpoint.COMPLETIONS)
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, Endpoint.CHAT)
+
+    async def models(self, _: web.Request) -> web.StreamResponse:
+        return web.Response(body=models_response(self.config.served, self.config.created), content_type=_JSON)
+
+    async def health(self, _: web.Request) -> web.StreamResponse:
+        return web.Response(status=200)
+
+    async def metrics_page(self, _: web.Request) -> web.StreamResponse:
+        if self.metrics is None:
+            return web.Response(status=404)
+        self.metrics.set_queue(self.cluster.cluster.in_flight, 0)
+        return web.Response(body=self.metrics.exposition(), headers={"Content-Type": "text/plain; version=0.0.4"})
+
+    async def _generate(self, request: web.Request, endpoint: Endpoint) -> web.StreamResponse:
+        try:
+            req = parse(endpoint, await request.read(), self.config.served)
+            if len(req.prompts) != 1:
+                raise serving_error(f"dmocker serve takes one prompt per request, got {len(req.prompts)}.", "prompt")
+            try:
+                stream = self.cluster.submit(req.prompts[0].token_ids, req.max_tokens)
+            except LiveError as exc:
+                raise ApiError(ErrorKind.SERVICE_UNAVAILABLE if "capacity" in str(exc) else ErrorKind.BAD_REQUEST,
+                               str(exc)) from None
+        except ApiError as err:
+            return web.Response(status=err.status, body=err.body(), content_type=_JSON)
+        rid = response_id(endpoint, stream.request_id)
+        try:
+            if req.stream:
+                return await self._stream(request, req, rid, stream)
+            return await self._whole(req, rid, stream)
+        except (asyncio.CancelledError, ConnectionResetError):
+            self.cluster.cancel(stream)  # the client went away: its handoff is canceled
+            raise
+
+    async def _whole(self, req: GenerationRequest, rid: str, stream: RequestStream) -> web.StreamResponse:
+        start = self.cluster.now_ms()
+        n = 0
+        last = start
+        while True:
+            item = await stream.queue.get()
+            if isinstance(item, End):
+                break
+            self._token(n, item, start, last)
+            n += 1
+            last = item
+        self._finished(item, start)
+        if item.status is TerminalStatus.REJECTED:
+            err = serving_error("The prompt needs more KV cache blocks than a worker has.", "prompt")
+            return web.Response(status=err.status, body=err.body(), content_type=_JSON)
+        choice = Choice(0, generated_text(n), _FINISH[item.status])
+        body = response(req.endpoint, rid, self.config.created, req.model, [choice],
+                        Usage(req.prompt_tokens, n), None)
+        return web.Response(body=body, content_type=_JSON)
+
+    async def _stream(self, request: web.Request, req: GenerationRequest, rid: str,
+                      stream: RequestStream) -> web.StreamResponse:
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await out.prepare(request)
+        created, model = self.config.created, req.model
+        chat = req.endpoint is Endpoint.CHAT
+        if chat:
+            await out.write(chat_chunk(rid, created, model, Choice(0, ""), first=True))
+        start = self.cluster.now_ms()
+        n = 0
+        last = start
+        while True:
+            item = await stream.queue.get()
+            if isinstance(item, End):
+                break
+            self._token(n, item, start, last)
+            n += 1
+            last = item
+            # the mock has no end-of-sequence token: the last token is the max_tokens-th
+            reason = FinishReason.LENGTH if n == req.max_tokens else None
+            usage = Usage(req.prompt_tokens, n) if req.continuous_usage_stats else None
+            choice = Choice(0, TOKEN_TEXT, reason)
+            await out.write(chat_chunk(rid, created, model, choice, usage=usage) if chat
+                            else completion_chunk(rid, created, model, choice, usage))
+        self._finished(item, start)
+        if item.status is TerminalStatus.REJECTED:
+            err = serving_error("The prompt needs more KV cache blocks than a worker has.", "prompt")
+            await out.write(err.stream_chunk())
+        elif item.status is not TerminalStatus.COMPLETED:
+            choice = Choice(0, "", _FINISH[item.status])
+            await out.write(chat_chunk(rid, created, model, choice) if chat
+                            else completion_chunk(rid, created, model, choice))
+        if req.include_usage:
+            await out.write(usage_chunk(req.endpoint, rid, created, model, Usage(req.prompt_tokens, n)))
+        await out.write(DONE)
+        await out.write_eof()
+        return out
+
+    def _token(self, n: int, t_ms: float, start: float, last: float) -> None:
+        m = self.metrics
+        if m is None:
+            return
+        if n == 0:
+            m.first_token(max(t_ms - start, 0.0) / 1000.0)
+        else:
+            m.next_token(max(t_ms - last, 0.0) / 1000.0)
+
+    def _finished(self, end: End, start: float) -> None:
+        if self.metrics is not None:
+            self.metrics.request_finished(_FINISH[end.status].value, max(end.t_ms - start, 0.0) / 1000.0)
+
+
+def build_app(cluster: ServeCluster, config: FrontConfig, metrics: WorkerMetrics | None) -> web.Application:
+    """The aiohttp application of the front."""
+    front = _Front(cluster, config, metrics)
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.router.add_post(Endpoint.COMPLETIONS.value, front.completions)
+    app.router.add_post(Endpoint.CHAT.value, front.chat)
+    app.router.add_get("/v1/models", front.models)
+    app.router.add_get("/health", front.health)
+    app.router.add_get("/metrics", front.metrics_page)
+    return app

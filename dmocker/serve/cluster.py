@@ -1,0 +1,117 @@
+"""The live cluster on an asyncio loop: the wall clock that moves a
+:class:`~dmocker.replay.live.LiveCluster`, and a stream of tokens per request for the HTTP front.
+
+One task (:meth:`ServeCluster.run`) sleeps until the cluster's next due time or until a request
+arrives or leaves, then advances the cluster to the wall clock; what the cluster reports during
+that call (tokens, ends) goes to the requests' streams, stamped with the cluster's times.  Time
+is the loop's monotonic clock in ms since start: the cluster runs in real time (its engines'
+``speedup_ratio`` shortens every pass, as Dynamo's mocker does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from dmocker.engines.hashing import block_hashes_from_tokens
+from dmocker.replay.collector import TerminalStatus
+from dmocker.replay.live import LiveCluster
+
+__all__ = ["End", "RequestStream", "ServeCluster", "prompt_hash_ids"]
+
+
+@dataclass(frozen=True, slots=True)
+class End:
+    """A request left the cluster: how, and when (cluster ms)."""
+
+    status: TerminalStatus
+    t_ms: float
+
+
+class RequestStream:
+    """What the front reads of one request: token times (cluster ms) as they come, then an :class:`End`."""
+
+    __slots__ = ("request_id", "queue", "ended")
+
+    def __init__(self, request_id: int) -> None:
+        self.request_id = request_id
+        self.queue: asyncio.Queue[float | End] = asyncio.Queue()
+        self.ended = False
+
+
+def prompt_hash_ids(token_ids: tuple[int, ...], block_size: int) -> tuple[int, ...]:
+    """One id per ``block_size`` tokens of a prompt (the partial last block included), equal for
+    equal prefixes: the trace ids the cluster derives its prefix-cache hashes from."""
+    full = block_hashes_from_tokens(token_ids, block_size)
+    return full + ((0,) if len(token_ids) % block_size else ())
+
+
+class ServeCluster:
+    """A :class:`LiveCluster` moved by the loop's clock (module docstring)."""
+
+    def __init__(self, make: Callable[[Callable[[list[int], float], None],
+                                       Callable[[int, TerminalStatus, float], None]], LiveCluster],
+                 clock: Callable[[], float]) -> None:
+        """``make(on_tokens, on_end)`` builds the cluster; ``clock()`` is the loop's time in s."""
+        self._clock = clock
+        self._t0 = clock()
+        self.cluster = make(self._on_tokens, self._on_end)
+        self.block_size = self.cluster.runtime.handoffs.block_size
+        self.streams: dict[int, RequestStream] = {}
+        self._wake = asyncio.Event()
+        self._stopping = False
+
+    def now_ms(self) -> float:
+        return (self._clock() - self._t0) * 1000.0
+
+    def submit(self, token_ids: tuple[int, ...], max_tokens: int) -> RequestStream:
+        """A request arrives now; its stream.  Raises LiveError for one the cluster cannot take."""
+        now = max(self.now_ms(), self.cluster.now_ms)
+        rid = self.cluster.submit(len(token_ids), max_tokens, prompt_hash_ids(token_ids, self.block_size), now)
+        stream = self.streams[rid] = RequestStream(rid)
+        self._wake.set()
+        return stream
+
+    def cancel(self, stream: RequestStream) -> None:
+        """The client went away: cancel its request (nothing if it ended)."""
+        if stream.ended or self._stopping:
+            return
+        self.cluster.cancel(stream.request_id, max(self.now_ms(), self.cluster.now_ms))
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Advance the cluster with the clock until :meth:`stop`."""
+        cluster = self.cluster
+        while not self._stopping:
+            due = cluster.next_due_ms()
+            wait = None if due is None else (due - self.now_ms()) / 1000.0
+            if wait is None or wait > 0:
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), wait)
+                except asyncio.TimeoutError:
+                    pass
+            if self._stopping:
+                break
+            cluster.advance(max(self.now_ms(), cluster.now_ms))
+            await asyncio.sleep(0)  # let the streams write what this step produced
+
+    def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+
+    # ------------------------------------------------------------------ the cluster's callbacks
+
+    def _on_tokens(self, ids: list[int], t_ms: float) -> None:
+        streams = self.streams
+        for rid in ids:
+            stream = streams.get(rid)
+            if stream is not None:
+                stream.queue.put_nowait(t_ms)
+
+    def _on_end(self, rid: int, status: TerminalStatus, t_ms: float) -> None:
+        stream = self.streams.pop(rid, None)
+        if stream is not None:
+            stream.ended = True
+            stream.queue.put_nowait(End(status, t_ms))

@@ -1,0 +1,167 @@
+"""``dmocker serve`` as a user meets it: started as a process on 127.0.0.1 (a free port), driven
+by a real HTTP client, stopped with SIGTERM; then its outputs are read: the summary's end-of-run
+checks, the per-request records, and the event log through ``dmocker conform``.
+
+Bounded: every server stops by itself after 90 s (``--stop-after-s``) if a test fails to stop
+it, every client call has a timeout, and all traffic goes to loopback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+aiohttp = pytest.importorskip("aiohttp")
+pytest.importorskip("prometheus_client")
+
+pytestmark = pytest.mark.slow  # starts servers
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Server:
+    def __init__(self, tmp: Path, *flags: str) -> None:
+        self.out, self.records, self.events = tmp / "summary.json", tmp / "records.jsonl", tmp / "events.jsonl"
+        env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "dmocker", "serve", "--port", "0", "--stop-after-s", "90",
+             "--out", str(self.out), "--per-request", str(self.records), "--events", str(self.events), *flags],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert "listening on" in line, line + self.proc.stderr.read() if self.proc.stderr else line
+        self.url = line.split("listening on", 1)[1].strip()
+
+    def stop(self) -> tuple[int, str]:
+        self.proc.send_signal(signal.SIGTERM)
+        out, err = self.proc.communicate(timeout=60)
+        return self.proc.returncode, out + err
+
+    def summary(self) -> dict[str, object]:
+        data = json.loads(self.out.read_text())
+        assert isinstance(data, dict)
+        return data["summary"]  # type: ignore[no-any-return]
+
+
+def _events(body: bytes) -> list[bytes]:
+    assert body.endswith(b"\n\n")
+    return [e[len(b"data: "):] for e in body[:-2].split(b"\n\n")]
+
+
+async def _traffic(url: str) -> dict[str, float]:
+    timeout = aiohttp.ClientTimeout(total=60)
+    async with aiohttp.ClientSession(timeout=timeout) as s:
+        async def stream(k: int) -> tuple[list[bytes], float]:
+            body = {"model": "dmocker-mock", "prompt": "shared system prompt " * 40 + f"question {k}",
+                    "max_tokens": 12, "stream": True, "stream_options": {"include_usage": True}}
+            sent = time.monotonic()
+            first = 0.0
+            chunks = []
+            async with s.post(url + "/v1/completions", data=orjson.dumps(body)) as resp:
+                assert resp.status == 200 and resp.headers["Content-Type"].startswith("text/event-stream")
+                async for chunk in resp.content.iter_any():
+                    if not first:
+                        first = time.monotonic() - sent
+                    chunks.append(chunk)
+            return _events(b"".join(chunks)), first
+
+        results = await asyncio.gather(*(stream(k) for k in range(24)))
+        for events, _ in results:
+            assert events[-1] == b"[DONE]"
+            chunks = [orjson.loads(e) for e in events[:-1]]
+            assert "".join(c["choices"][0]["text"] for c in chunks if c["choices"]) == " the" * 12
+            assert chunks[-2]["choices"][0]["finish_reason"] == "length"
+            assert chunks[-1]["usage"]["completion_tokens"] == 12
+
+        async with s.post(url + "/v1/chat/completions",
+                          json={"messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}) as resp:
+            out = await resp.json()
+            assert out["choices"][0]["message"]["content"] == " the" * 4
+            assert out["usage"]["completion_tokens"] == 4
+
+        # bad input: the status and body vLLM's server gives; the server keeps serving
+        async with s.post(url + "/v1/completions", data=b'{"prompt": ') as resp:
+            assert resp.status == 400 and (await resp.json())["error"]["type"] == "Bad Request"
+        async with s.post(url + "/v1/completions", json={"prompt": "p", "model": "other"}) as resp:
+            assert resp.status == 404 and (await resp.json())["error"]["param"] == "model"
+        async with s.post(url + "/v1/completions", json={"prompt": ["a", "b"]}) as resp:
+            assert resp.status == 400
+
+        # a disconnect storm: clients that leave mid-stream cancel their requests
+        async def leave(k: int) -> None:
+            body = {"prompt": f"long answer {k} " * 30, "max_tokens": 4000, "stream": True}
+            async with s.post(url + "/v1/completions", json=body) as resp:
+                await resp.content.readline()  # the first token's event
+                resp.close()
+
+        await asyncio.gather(*(leave(k) for k in range(30)))
+        await asyncio.sleep(0.5)
+
+        async with s.get(url + "/metrics") as resp:
+            text = await resp.text()
+        from prometheus_client.parser import text_string_to_metric_families
+
+        families = {f.name: f for f in text_string_to_metric_families(text)}
+        done = {x.labels["finished_reason"]: x.value for x in families["vllm:request_success"].samples
+                if x.name.endswith("_total")}
+        assert done["length"] == 24 + 1
+        ttft = sorted(first for _, first in results)
+        return {"median_client_ttft_s": ttft[len(ttft) // 2]}
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_serve_streams_checks_and_stops_cleanly(tmp_path: Path, engine: str) -> None:
+    server = Server(tmp_path, "--engine", engine)
+    try:
+        asyncio.run(asyncio.wait_for(_traffic(server.url), timeout=120))
+    finally:
+        code, output = server.stop()
+    assert code == 0, output
+    summary = server.summary()
+    assert summary["invariants_ok"] is True, summary["invariant_breaks"]
+    assert summary["leaked_kv_blocks"] == 0
+    assert summary["completed_requests"] == 25 and summary["canceled_requests"] == 30
+    records = [json.loads(line) for line in server.records.read_text().splitlines()]
+    assert len(records) == 55
+    conform = subprocess.run([sys.executable, "-m", "dmocker", "conform", str(server.events)],
+                             capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert conform.returncode == 0, conform.stdout + conform.stderr
+
+
+def test_what_a_client_measures_is_what_the_cluster_records(tmp_path: Path) -> None:
+    """Requests one at a time: a client's TTFT is the cluster's (its record) plus the loopback
+    and scheduling delay, a few ms."""
+    server = Server(tmp_path)
+
+    async def one_by_one() -> list[float]:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as s:
+            seen = []
+            for k in range(8):
+                sent = time.monotonic()
+                async with s.post(server.url + "/v1/completions",
+                                  json={"prompt": f"request {k} " * 200, "max_tokens": 2, "stream": True}) as resp:
+                    await resp.content.readline()
+                    seen.append((time.monotonic() - sent) * 1000.0)
+                    await resp.read()
+            return seen
+
+    try:
+        client_ttft = asyncio.run(asyncio.wait_for(one_by_one(), timeout=60))
+    finally:
+        code, output = server.stop()
+    assert code == 0, output
+    records = sorted((json.loads(line) for line in server.records.read_text().splitlines()),
+                     key=lambda r: r["request_id"])
+    gaps = sorted(c - r["ttft_ms"] for c, r in zip(client_ttft, records))
+    assert all(g > -1.0 for g in gaps), gaps  # a client never sees a token before the cluster makes it
+    assert gaps[len(gaps) // 2] < 25.0, gaps  # and sees it within the loop's scheduling delay
