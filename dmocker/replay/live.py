@@ -18,17 +18,17 @@ when the pass ends.  The collector keeps a slot per request, so a cluster takes 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import IO
+from typing import IO, cast
 
-from dmocker.engines.interface import EngineWorker, IdArray
+from dmocker.engines.interface import EngineWorker, IdArray, LifecycleEvent
 from dmocker.engines.registry import make_worker
-from dmocker.handoff import Canceled, order_for_engine
+from dmocker.handoff import Canceled, SourceHeld, TimedOut, order_for_engine
 
 from .collector import Collector, TerminalStatus
 from .config import ClusterMode, ReplayConfig
 from .end_of_run import add_end_checks
 from .report import JsonValue, SlaThresholds, build_summary
-from .routing import Pool, RouterContext, parse_router
+from .routing import PinnedRouter, Pool, Router, RouterContext, parse_router
 from .runtime import DisaggRuntime
 from .workload import NO_NEXT, AdmissionQueue, SessionStart, Turn
 
@@ -39,6 +39,9 @@ TokenSink = Callable[[list[int], float], None]
 
 EndSink = Callable[[int, TerminalStatus, float], None]
 """Called when a request has left the cluster: its id, its terminal status, the time (ms)."""
+
+HeldSink = Callable[[int, float], None]
+"""Called when a request's prefill ended and its source KV is held for the transfer: id, time (ms)."""
 
 
 class LiveError(ValueError):
@@ -80,11 +83,21 @@ class LiveCluster:
         trace_block_size: int | None = None,
         on_tokens: TokenSink | None = None,
         on_end: EndSink | None = None,
+        on_held: HeldSink | None = None,
         events: IO[str] | None = None,
         records: IO[str] | None = None,
+        pinned: bool = False,
+        abort_timeout_ms: float | None = None,
     ) -> None:
         """``trace_block_size``: tokens per entry of a request's ``hash_ids`` (default: the
-        engine's block size, one hash id per KV block)."""
+        engine's block size, one hash id per KV block).
+
+        ``pinned``: the workers are chosen outside the cluster (a real proxy in front of the
+        workers' own servers): a request's prefill worker is given with it
+        (:meth:`submit`), its decode worker when its decode request comes (:meth:`attach_decode`).
+        ``abort_timeout_ms``: a held source whose decode request has not come this long after
+        its prefill ended is freed (a ``TimedOut`` fact), as vLLM's prefill frees it after
+        ``VLLM_NIXL_ABORT_REQUEST_TIMEOUT``."""
         if config.cluster.mode is not ClusterMode.DISAGG:
             raise LiveError("a live cluster is disaggregated (cluster.mode = disagg)")
         if config.planner.policy is not None:
@@ -96,13 +109,21 @@ class LiveCluster:
         self.capacity = capacity
         self._on_tokens = on_tokens
         self._on_end = on_end
-        router_spec = parse_router(config.router.name)
-        routing = config.router.kv.validate()
-        routers = tuple(
-            router_spec.build(RouterContext(pool, config.router.seed, args.page_tokens, args.max_num_batched_tokens),
-                              routing)
-            for pool, args in ((Pool.PREFILL, prefill_args), (Pool.DECODE, decode_args))
-        )
+        self._on_held = on_held
+        self._abort_ms = abort_timeout_ms
+        self._pins: tuple[PinnedRouter, PinnedRouter] | None = None
+        routers: tuple[Router, ...]
+        if pinned:
+            self._pins = (PinnedRouter(), PinnedRouter())
+            routers = self._pins
+        else:
+            router_spec = parse_router(config.router.name)
+            routing = config.router.kv.validate()
+            routers = tuple(
+                router_spec.build(RouterContext(pool, config.router.seed, args.page_tokens,
+                                                args.max_num_batched_tokens), routing)
+                for pool, args in ((Pool.PREFILL, prefill_args), (Pool.DECODE, decode_args))
+            )
         kv_feed = routers[0].wants_kv_events
         p_workers: list[EngineWorker] = [
             make_worker(prefill_args, i, record_kv_events=kv_feed) for i in range(config.cluster.prefill_workers)
@@ -117,7 +138,10 @@ class LiveCluster:
             prefill_router=routers[0], decode_router=routers[1], bulk=False,
         )
         self.runtime.effects.token_sink = self._tokens
+        if on_held is not None or abort_timeout_ms is not None:
+            self.runtime.effects.held_sink = self._held
         self._next_id = 0
+        self._attached: set[int] = set()  # pinned: requests whose decode request came
         self.runtime.start()
 
     # ------------------------------------------------------------------ the edge's calls
@@ -126,22 +150,57 @@ class LiveCluster:
     def now_ms(self) -> float:
         return self.runtime.now_ms
 
-    def submit(self, input_length: int, output_length: int, hash_ids: tuple[int, ...], now_ms: float) -> int:
+    def submit(self, input_length: int, output_length: int, hash_ids: tuple[int, ...], now_ms: float,
+               prefill_worker: int | None = None) -> int:
         """A request arrives at ``now_ms`` (not before the cluster's time): its id.  It enters
         the cluster at the next :meth:`advance` to ``now_ms`` or later.  ``hash_ids``: one id
-        per ``trace_block_size`` tokens of the prompt, equal ids for equal prefixes."""
+        per ``trace_block_size`` tokens of the prompt, equal ids for equal prefixes.
+        ``prefill_worker``: the worker it came to (a pinned cluster only, and there required)."""
+        if (prefill_worker is None) != (self._pins is None):
+            raise LiveError("a pinned cluster takes each request's prefill worker, another cluster none")
+        if prefill_worker is not None and not 0 <= prefill_worker < len(self.runtime.pools[0].workers):
+            raise LiveError(f"no prefill worker {prefill_worker}")
         if now_ms < self.runtime.now_ms:
             raise LiveError(f"request at {now_ms} ms, before the cluster's time {self.runtime.now_ms} ms")
         if isinstance(input_length, bool) or not isinstance(input_length, int) or input_length < 1:
             raise LiveError(f"input_length must be a positive integer, got {input_length!r}")
         if isinstance(output_length, bool) or not isinstance(output_length, int) or output_length < 1:
             raise LiveError(f"output_length must be a positive integer, got {output_length!r}")
+        if len(hash_ids) * self._admission.trace_block_size < input_length:
+            raise LiveError(f"{len(hash_ids)} hash ids of {self._admission.trace_block_size} tokens do not cover "
+                            f"{input_length} prompt tokens")
         rid = self._next_id
         if rid >= self.capacity:
             raise LiveError(f"the cluster takes {self.capacity} requests in its life (capacity)")
         self._next_id = rid + 1
+        if self._pins is not None and prefill_worker is not None:
+            self._pins[0].pin(rid, prefill_worker)
         self._admission.push(Turn(rid, input_length, output_length, tuple(hash_ids), 0.0, NO_NEXT, rid, 0), now_ms)
         return rid
+
+    def attach_decode(self, request_id: int, worker: int, now_ms: float) -> bool:
+        """A pinned cluster: the decode request of ``request_id`` came to decode ``worker`` at
+        ``now_ms``; it reserves there at the next :meth:`advance`.  False when the request is
+        gone (ended, freed by the abort timeout) or its decode request came already."""
+        pins = self._pins
+        if pins is None:
+            raise LiveError("attach_decode is for a pinned cluster")
+        if not 0 <= worker < len(self.runtime.pools[1].workers):
+            raise LiveError(f"no decode worker {worker}")
+        if now_ms < self.runtime.now_ms:
+            raise LiveError(f"decode request at {now_ms} ms, before the cluster's time {self.runtime.now_ms} ms")
+        if request_id not in self.runtime.table.live or request_id in self._attached:
+            return False
+        self._attached.add(request_id)
+        routing = self.runtime.routing
+
+        def land() -> None:
+            released = pins[1].pin(request_id, worker)
+            if released:
+                routing.release(1, released)
+
+        self.runtime.control.at(now_ms, land)
+        return True
 
     def cancel(self, request_id: int, now_ms: float) -> None:
         """The client of ``request_id`` went away at ``now_ms``: its handoff is canceled (a
@@ -198,6 +257,25 @@ class LiveCluster:
         if self._on_tokens is not None and len(ids):
             self._on_tokens(ids.tolist(), now_ms)
 
+    def _held(self, events: tuple[LifecycleEvent, ...], now_ms: float) -> None:
+        for ev in events:
+            if not isinstance(ev, SourceHeld):
+                continue
+            rid = cast(int, ev.handoff_id)  # the replay's handoff ids are its request ids
+            if self._on_held is not None:
+                self._on_held(rid, now_ms)
+            if self._abort_ms is not None:
+                self.runtime.control.at(now_ms + self._abort_ms, self._abort_timer(rid))
+
+    def _abort_timer(self, request_id: int) -> Callable[[], None]:
+        """The abort timeout of a held source: freed unless its decode request came."""
+        def fire() -> None:
+            if request_id in self.runtime.table.live and request_id not in self._attached:
+                self.runtime.control.deliver(request_id, TimedOut)
+
+        return fire
+
     def _retired(self, request_id: int) -> None:
+        self._attached.discard(request_id)
         if self._on_end is not None:
             self._on_end(request_id, self.collector.status_of(request_id), self.runtime.now_ms)

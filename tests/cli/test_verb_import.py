@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_every_verb_is_registered() -> None:
     parser = cli_main.build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
-    assert set(sub.choices) == {"demo", "replay", "sweep", "spec", "check", "conform", "diagram", "fuzz"}  # type: ignore[arg-type]
+    assert set(sub.choices) == {"demo", "replay", "sweep", "serve", "spec", "check", "conform", "diagram", "fuzz"}  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("broken", ["conform", "check"])

@@ -120,3 +120,45 @@ def test_bad_requests_and_configurations_are_refused() -> None:
         LiveCluster(ReplayConfig.from_values({"mode": "agg"}))
     with pytest.raises(LiveError, match="planner"):
         LiveCluster(ReplayConfig.from_values({"planner": "throughput"}))
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_a_pinned_cluster_takes_its_workers_from_outside_and_frees_a_source_nobody_reads(engine: str) -> None:
+    """The proxy in front chooses: the prefill worker with the request, the decode worker when
+    its decode request comes.  A source whose decode request never comes is freed after the
+    abort timeout; nothing is left held."""
+    held: dict[int, float] = {}
+    tokens: dict[int, int] = {}
+    ended: dict[int, TerminalStatus] = {}
+    config = ReplayConfig.from_values({"engine": engine, "kv_transfer_bandwidth": 25.0, "kv_bytes_per_token": 65536})
+    cluster = LiveCluster(config, capacity=10, pinned=True, abort_timeout_ms=5000.0, trace_block_size=64,
+                          on_held=lambda rid, t: held.__setitem__(rid, t),
+                          on_tokens=lambda ids, t: [tokens.__setitem__(r, tokens.get(r, 0) + 1) for r in ids] and None,
+                          on_end=lambda rid, status, t: ended.__setitem__(rid, status))
+    with pytest.raises(LiveError, match="prefill worker"):
+        cluster.submit(640, 8, tuple(range(10)), 0.0)
+    a = cluster.submit(640, 8, tuple(range(10)), 0.0, prefill_worker=1)
+    b = cluster.submit(640, 8, tuple(range(100, 110)), 0.0, prefill_worker=0)
+    cluster.advance(0.0)
+    if engine == "sglang":  # destination-first: the decode worker is needed before the prefill
+        assert cluster.attach_decode(a, 0, 0.0) and cluster.attach_decode(b, 1, 0.0)
+        cluster.advance(0.0)
+    while a not in held or b not in held:
+        due = cluster.next_due_ms()
+        assert due is not None and due < 1000.0
+        cluster.advance(due)
+    assert cluster.runtime.table.live[a].prefill_worker == 1 and cluster.runtime.table.live[b].prefill_worker == 0
+    t = max(held.values())
+    if engine == "vllm":  # source-first: only a's decode request comes
+        assert cluster.attach_decode(a, 1, t)
+        assert not cluster.attach_decode(a, 1, t)  # once
+    cluster.advance(t)
+    while (due := cluster.next_due_ms()) is not None:
+        cluster.advance(due)
+    assert ended[a] is TerminalStatus.COMPLETED and tokens[a] == 8
+    if engine == "vllm":
+        assert ended[b] is TerminalStatus.FAILED and b not in tokens  # timed out: freed after 5 s
+        assert cluster.now_ms >= held[b] + 5000.0
+        assert not cluster.attach_decode(b, 0, cluster.now_ms)  # too late: gone
+    summary = cluster.finish()
+    assert summary["leaked_kv_blocks"] == 0 and summary["invariants_ok"] is True, summary["invariant_breaks"]

@@ -11,6 +11,7 @@ from .context import Pool, RouterContext
 from .kv_index import KvIndex
 from .kv_router import KvRouter
 from .loader import RouterSpec, parse_router
+from .pinned import PinnedRouter
 from .protocol import Router, RouterError
 from .queue import RouterQueue
 from .round_robin import RoundRobin
@@ -21,6 +22,7 @@ __all__ = [
     "KvIndex",
     "KvRouter",
     "NO_ADMISSIONS",
+    "PinnedRouter",
     "Pool",
     "QueuePolicy",
     "RoundRobin",

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from dmocker.engines.interface import IdArray, PassCompletion, PassPlan
+from dmocker.engines.interface import IdArray, LifecycleEvent, PassCompletion, PassPlan
 from dmocker.handoff import Failed
 
 from ..collector import Collector, TerminalStatus
@@ -38,7 +38,7 @@ class PassEffects:
     """Applies started and completed passes (the pass scheduler's :class:`~.passes.PassListener`)."""
 
     __slots__ = ("clock", "collector", "handoffs", "routing", "lifecycle", "observer", "source_output_tokens",
-                 "token_sink")
+                 "token_sink", "held_sink")
 
     def __init__(self, clock: Clock, collector: Collector, handoffs: Handoffs, routing: Routing, lifecycle: Lifecycle,
                  *, observer: ClusterObserver | None) -> None:
@@ -51,6 +51,8 @@ class PassEffects:
         self.source_output_tokens = 0  # tokens the prefill pool emitted (its first tokens)
         # A live edge streams each decode pass's tokens as it ends (passes one by one: no bulk runs).
         self.token_sink: Callable[[IdArray, float], None] | None = None
+        # ... and answers a prefill request once its source is held (vLLM's prefill response)
+        self.held_sink: Callable[[tuple[LifecycleEvent, ...], float], None] | None = None
 
     def pass_started(self, stage: Stage, plan: PassPlan, idx: int) -> None:
         """Admissions of a starting pass (the requests' admission times and phases), then the
@@ -100,6 +102,8 @@ class PassEffects:
                     handoffs.fact(req, Failed(rid))
             if done.lifecycle:
                 handoffs.lifecycle(done.lifecycle)
+                if self.held_sink is not None:
+                    self.held_sink(done.lifecycle, self.clock.now_ms)
             return
         # Decode: tokens, then terminals, then lifecycle facts (the reference's order).
         self.collector.on_tokens(done.emitted, self.clock.now_ms, idx, done.run_times, done.delta)

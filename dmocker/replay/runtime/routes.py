@@ -83,6 +83,11 @@ class Routing:
             req.queued -= 1
             self.free_route(stage, req.rid)
 
+    def release(self, stage: int, released: Sequence[Admission]) -> None:
+        """Dispatch what a pool's router released on a signal from outside the cluster (a live
+        edge pinning a request to the worker it came to); call inside a time step."""
+        self._admit(stage, released)
+
     def _admit(self, stage: int, released: Sequence[Admission]) -> None:
         """Dispatch the requests a router released from its queue, in its order."""
         pool = self.pools[stage]
