@@ -51,6 +51,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--port", type=int_arg, default=8000, help="port of the front (default 8000; 0: any free port)")
     s.add_argument("--served-model-name", action="append", metavar="NAME",
                    help="model name(s) the front answers to (default: --model, or 'dmocker-mock')")
+    s.add_argument("--front", choices=("dmocker", "workers"), default="dmocker",
+                   help="dmocker: one OpenAI-compatible front, the replay's routers choose the workers (default); "
+                        "workers: each worker on a port of its own (--port, --port + 1, ...; prefill first), "
+                        "speaking vLLM's disaggregation protocol, for a real proxy in front")
+    s.add_argument("--kv-abort-timeout-s", type=float_arg, default=480.0, metavar="S",
+                   help="--front workers: a held source whose decode leg has not come S seconds after its "
+                        "prefill is freed (vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT; default 480)")
     s.add_argument("--capacity", type=int_arg, default=1_000_000,
                    help="requests the cluster takes in its life (default 1,000,000); later ones get 503")
     s.add_argument("--stop-after-s", type=float_arg, default=None, metavar="S",
@@ -89,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
         options = ServeOptions.check(config, host=args.host, port=args.port, names=args.served_model_name,
                                      capacity=args.capacity,
                                      out=args.out, per_request=args.per_request, events=args.events,
-                                     stop_after_s=args.stop_after_s)
+                                     stop_after_s=args.stop_after_s, front=args.front,
+                                     kv_abort_timeout_s=args.kv_abort_timeout_s)
     except (ConfigError, ValueError) as exc:
         return _fail(str(exc))
     return asyncio.run(_serve(options))
@@ -103,7 +111,7 @@ async def _serve(options: object) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    return await serve(options, stop, started=lambda url: print(f"dmocker serve: listening on {url}", flush=True),
+    return await serve(options, stop, started=lambda where: print(f"dmocker serve: listening on {where}", flush=True),
                        wall=time.time)
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import IO, cast
 
-from dmocker.engines.interface import EngineWorker, IdArray, LifecycleEvent
+from dmocker.engines.interface import EngineRequest, EngineWorker, IdArray, LifecycleEvent
 from dmocker.engines.registry import make_worker
 from dmocker.handoff import Canceled, SourceHeld, TimedOut, order_for_engine
 
@@ -178,10 +178,12 @@ class LiveCluster:
         self._admission.push(Turn(rid, input_length, output_length, tuple(hash_ids), 0.0, NO_NEXT, rid, 0), now_ms)
         return rid
 
-    def attach_decode(self, request_id: int, worker: int, now_ms: float) -> bool:
+    def attach_decode(self, request_id: int, worker: int, now_ms: float, output_length: int | None = None) -> bool:
         """A pinned cluster: the decode request of ``request_id`` came to decode ``worker`` at
-        ``now_ms``; it reserves there at the next :meth:`advance`.  False when the request is
-        gone (ended, freed by the abort timeout) or its decode request came already."""
+        ``now_ms``; it reserves there at the next :meth:`advance`, to generate ``output_length``
+        tokens when given (vLLM's proxy asks the prefill for one token and tells only the decode
+        the real count).  False when the request is gone (ended, freed by the abort timeout)
+        or its decode request came already."""
         pins = self._pins
         if pins is None:
             raise LiveError("attach_decode is for a pinned cluster")
@@ -191,16 +193,31 @@ class LiveCluster:
             raise LiveError(f"decode request at {now_ms} ms, before the cluster's time {self.runtime.now_ms} ms")
         if request_id not in self.runtime.table.live or request_id in self._attached:
             return False
+        if output_length is not None and (isinstance(output_length, bool) or not isinstance(output_length, int)
+                                          or output_length < 1):
+            raise LiveError(f"output_length must be a positive integer, got {output_length!r}")
         self._attached.add(request_id)
         routing = self.runtime.routing
+        live = self.runtime.table.live
 
         def land() -> None:
+            req = live.get(request_id)
+            if req is not None and output_length is not None and output_length != req.turn.output_length:
+                t, e = req.turn, req.engine_request
+                req.turn = Turn(t.request_id, t.input_length, output_length, t.hash_ids, t.delay_ms,
+                                t.next_request_id, t.session_index, t.turn_index)
+                req.engine_request = EngineRequest(e.request_id, e.input_length, output_length, e.block_hashes)
             released = pins[1].pin(request_id, worker)
             if released:
                 routing.release(1, released)
 
         self.runtime.control.at(now_ms, land)
         return True
+
+    def source_held(self, request_id: int) -> bool:
+        """Whether the request's prefill ended and its source KV is held, not yet released."""
+        req = self.runtime.table.live.get(request_id)
+        return req is not None and req.source_held_ms is not None and req.source_released_ms is None
 
     def cancel(self, request_id: int, now_ms: float) -> None:
         """The client of ``request_id`` went away at ``now_ms``: its handoff is canceled (a

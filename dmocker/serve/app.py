@@ -44,7 +44,7 @@ from .openai_api import (
     usage_chunk,
 )
 
-__all__ = ["FrontConfig", "build_app"]
+__all__ = ["FrontConfig", "Responder", "add_common_routes", "build_app", "error_response", "one_prompt", "refused"]
 
 _FINISH = {
     TerminalStatus.COMPLETED: FinishReason.LENGTH,
@@ -63,17 +63,26 @@ class FrontConfig:
     created: int
 
 
-class _Front:
+class Responder:
+    """Answers a request from its stream: streamed (SSE, one event per token) or whole, with
+    the metrics fed from the cluster's times.  Shared by dmocker's front and the workers'."""
+
     def __init__(self, cluster: ServeCluster, config: FrontConfig, metrics: WorkerMetrics | None) -> None:
         self.cluster = cluster
         self.config = config
         self.metrics = metrics
 
-    async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._generate(request, Endpoint.COMPLETIONS)
-
-    async def chat(self, request: web.Request) -> web.StreamResponse:
-        return await self._generate(request, Endpoint.CHAT)
+    async def answer(self, request: web.Request, req: GenerationRequest, stream: RequestStream,
+                     max_tokens: int) -> web.StreamResponse:
+        """The response to ``req`` from ``stream``; a client that goes away cancels the request."""
+        rid = response_id(req.endpoint, stream.request_id)
+        try:
+            if req.stream:
+                return await self._stream(request, req, rid, stream, max_tokens)
+            return await self._whole(req, rid, stream)
+        except (asyncio.CancelledError, ConnectionResetError):
+            self.cluster.cancel(stream)  # the client went away: its handoff is canceled
+            raise
 
     async def models(self, _: web.Request) -> web.StreamResponse:
         return web.Response(body=models_response(self.config.served, self.config.created), content_type=_JSON)
@@ -87,26 +96,6 @@ class _Front:
         self.metrics.set_queue(self.cluster.cluster.in_flight, 0)
         return web.Response(body=self.metrics.exposition(), headers={"Content-Type": "text/plain; version=0.0.4"})
 
-    async def _generate(self, request: web.Request, endpoint: Endpoint) -> web.StreamResponse:
-        try:
-            req = parse(endpoint, await request.read(), self.config.served)
-            if len(req.prompts) != 1:
-                raise serving_error(f"dmocker serve takes one prompt per request, got {len(req.prompts)}.", "prompt")
-            try:
-                stream = self.cluster.submit(req.prompts[0].token_ids, req.max_tokens)
-            except LiveError as exc:
-                raise ApiError(ErrorKind.SERVICE_UNAVAILABLE if "capacity" in str(exc) else ErrorKind.BAD_REQUEST,
-                               str(exc)) from None
-        except ApiError as err:
-            return web.Response(status=err.status, body=err.body(), content_type=_JSON)
-        rid = response_id(endpoint, stream.request_id)
-        try:
-            if req.stream:
-                return await self._stream(request, req, rid, stream)
-            return await self._whole(req, rid, stream)
-        except (asyncio.CancelledError, ConnectionResetError):
-            self.cluster.cancel(stream)  # the client went away: its handoff is canceled
-            raise
 
     async def _whole(self, req: GenerationRequest, rid: str, stream: RequestStream) -> web.StreamResponse:
         start = self.cluster.now_ms()
@@ -129,7 +118,7 @@ class _Front:
         return web.Response(body=body, content_type=_JSON)
 
     async def _stream(self, request: web.Request, req: GenerationRequest, rid: str,
-                      stream: RequestStream) -> web.StreamResponse:
+                      stream: RequestStream, max_tokens: int) -> web.StreamResponse:
         out = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await out.prepare(request)
         created, model = self.config.created, req.model
@@ -147,7 +136,7 @@ class _Front:
             n += 1
             last = item
             # the mock has no end-of-sequence token: the last token is the max_tokens-th
-            reason = FinishReason.LENGTH if n == req.max_tokens else None
+            reason = FinishReason.LENGTH if n == max_tokens else None
             usage = Usage(req.prompt_tokens, n) if req.continuous_usage_stats else None
             choice = Choice(0, TOKEN_TEXT, reason)
             await out.write(chat_chunk(rid, created, model, choice, usage=usage) if chat
@@ -180,13 +169,63 @@ class _Front:
             self.metrics.request_finished(_FINISH[end.status].value, max(end.t_ms - start, 0.0) / 1000.0)
 
 
+def one_prompt(req: GenerationRequest) -> tuple[int, ...]:
+    """The token ids of a request's one prompt (a batch is refused: one handoff per request)."""
+    if len(req.prompts) != 1:
+        raise serving_error(f"dmocker serve takes one prompt per request, got {len(req.prompts)}.", "prompt")
+    return req.prompts[0].token_ids
+
+
+def refused(exc: LiveError) -> ApiError:
+    """A request the cluster cannot take, as the HTTP error it is."""
+    kind = ErrorKind.SERVICE_UNAVAILABLE if "capacity" in str(exc) else ErrorKind.BAD_REQUEST
+    return ApiError(kind, str(exc))
+
+
+def error_response(err: ApiError) -> web.Response:
+    return web.Response(status=err.status, body=err.body(), content_type=_JSON)
+
+
+class _Front:
+    """dmocker's own front: the replay's routers choose the workers."""
+
+    def __init__(self, responder: Responder) -> None:
+        self.responder = responder
+        self.cluster = responder.cluster
+        self.config = responder.config
+        self.metrics = responder.metrics
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, Endpoint.COMPLETIONS)
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, Endpoint.CHAT)
+
+    async def _generate(self, request: web.Request, endpoint: Endpoint) -> web.StreamResponse:
+        try:
+            req = parse(endpoint, await request.read(), self.config.served)
+            try:
+                stream = self.cluster.submit(one_prompt(req), req.max_tokens)
+            except LiveError as exc:
+                raise refused(exc) from None
+        except ApiError as err:
+            return error_response(err)
+        return await self.responder.answer(request, req, stream, req.max_tokens)
+
+
+def add_common_routes(app: web.Application, responder: Responder) -> None:
+    """``/v1/models``, ``/health`` and ``/metrics``, as every vLLM server has them."""
+    app.router.add_get("/v1/models", responder.models)
+    app.router.add_get("/health", responder.health)
+    app.router.add_get("/metrics", responder.metrics_page)
+
+
 def build_app(cluster: ServeCluster, config: FrontConfig, metrics: WorkerMetrics | None) -> web.Application:
     """The aiohttp application of the front."""
-    front = _Front(cluster, config, metrics)
+    responder = Responder(cluster, config, metrics)
+    front = _Front(responder)
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_post(Endpoint.COMPLETIONS.value, front.completions)
     app.router.add_post(Endpoint.CHAT.value, front.chat)
-    app.router.add_get("/v1/models", front.models)
-    app.router.add_get("/health", front.health)
-    app.router.add_get("/metrics", front.metrics_page)
+    add_common_routes(app, responder)
     return app

@@ -18,7 +18,7 @@ from dmocker.engines.hashing import block_hashes_from_tokens
 from dmocker.replay.collector import TerminalStatus
 from dmocker.replay.live import LiveCluster
 
-__all__ = ["End", "RequestStream", "ServeCluster", "prompt_hash_ids"]
+__all__ = ["End", "RequestStream", "ServeCluster", "Sinks", "prompt_hash_ids"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,14 +30,25 @@ class End:
 
 
 class RequestStream:
-    """What the front reads of one request: token times (cluster ms) as they come, then an :class:`End`."""
+    """What the front reads of one request: token times (cluster ms) as they come, then an
+    :class:`End`; and, for a prefill worker's answer, when its source KV came to be held."""
 
-    __slots__ = ("request_id", "queue", "ended")
+    __slots__ = ("request_id", "queue", "ended", "held")
 
     def __init__(self, request_id: int) -> None:
         self.request_id = request_id
         self.queue: asyncio.Queue[float | End] = asyncio.Queue()
         self.ended = False
+        self.held: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+
+
+@dataclass(frozen=True)
+class Sinks:
+    """Where the cluster's reports go (the arguments :class:`LiveCluster` takes)."""
+
+    on_tokens: Callable[[list[int], float], None]
+    on_end: Callable[[int, TerminalStatus, float], None]
+    on_held: Callable[[int, float], None]
 
 
 def prompt_hash_ids(token_ids: tuple[int, ...], block_size: int) -> tuple[int, ...]:
@@ -50,13 +61,11 @@ def prompt_hash_ids(token_ids: tuple[int, ...], block_size: int) -> tuple[int, .
 class ServeCluster:
     """A :class:`LiveCluster` moved by the loop's clock (module docstring)."""
 
-    def __init__(self, make: Callable[[Callable[[list[int], float], None],
-                                       Callable[[int, TerminalStatus, float], None]], LiveCluster],
-                 clock: Callable[[], float]) -> None:
-        """``make(on_tokens, on_end)`` builds the cluster; ``clock()`` is the loop's time in s."""
+    def __init__(self, make: Callable[[Sinks], LiveCluster], clock: Callable[[], float]) -> None:
+        """``make(sinks)`` builds the cluster; ``clock()`` is the loop's time in s."""
         self._clock = clock
         self._t0 = clock()
-        self.cluster = make(self._on_tokens, self._on_end)
+        self.cluster = make(Sinks(self._on_tokens, self._on_end, self._on_held))
         self.block_size = self.cluster.runtime.handoffs.block_size
         self.streams: dict[int, RequestStream] = {}
         self._wake = asyncio.Event()
@@ -65,20 +74,35 @@ class ServeCluster:
     def now_ms(self) -> float:
         return (self._clock() - self._t0) * 1000.0
 
-    def submit(self, token_ids: tuple[int, ...], max_tokens: int) -> RequestStream:
-        """A request arrives now; its stream.  Raises LiveError for one the cluster cannot take."""
-        now = max(self.now_ms(), self.cluster.now_ms)
-        rid = self.cluster.submit(len(token_ids), max_tokens, prompt_hash_ids(token_ids, self.block_size), now)
+    def submit(self, token_ids: tuple[int, ...], max_tokens: int, prefill_worker: int | None = None) -> RequestStream:
+        """A request arrives now (at ``prefill_worker`` of a pinned cluster); its stream.
+        Raises LiveError for one the cluster cannot take."""
+        now = self._now()
+        rid = self.cluster.submit(len(token_ids), max_tokens, prompt_hash_ids(token_ids, self.block_size), now,
+                                  prefill_worker)
         stream = self.streams[rid] = RequestStream(rid)
         self._wake.set()
         return stream
+
+    def stream_of(self, request_id: int) -> RequestStream | None:
+        """The stream of a request still in the cluster."""
+        return self.streams.get(request_id)
+
+    def attach_decode(self, stream: RequestStream, worker: int, max_tokens: int) -> bool:
+        """A pinned cluster: the request's decode request came to ``worker`` (see LiveCluster)."""
+        ok = self.cluster.attach_decode(stream.request_id, worker, self._now(), max_tokens)
+        self._wake.set()
+        return ok
 
     def cancel(self, stream: RequestStream) -> None:
         """The client went away: cancel its request (nothing if it ended)."""
         if stream.ended or self._stopping:
             return
-        self.cluster.cancel(stream.request_id, max(self.now_ms(), self.cluster.now_ms))
+        self.cluster.cancel(stream.request_id, self._now())
         self._wake.set()
+
+    def _now(self) -> float:
+        return max(self.now_ms(), self.cluster.now_ms)
 
     async def run(self) -> None:
         """Advance the cluster with the clock until :meth:`stop`."""
@@ -115,3 +139,11 @@ class ServeCluster:
         if stream is not None:
             stream.ended = True
             stream.queue.put_nowait(End(status, t_ms))
+            if not stream.held.done():
+                stream.held.set_exception(LookupError(f"request {rid} ended {status.label} before its KV was held"))
+                stream.held.exception()  # (retrieved: a request nobody waits on logs nothing)
+
+    def _on_held(self, rid: int, t_ms: float) -> None:
+        stream = self.streams.get(rid)
+        if stream is not None and not stream.held.done():
+            stream.held.set_result(t_ms)

@@ -4,6 +4,7 @@ flight, write the outputs and check the end state (``dmocker serve``, docs/serve
 from __future__ import annotations
 
 import asyncio
+import enum
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -12,20 +13,29 @@ from typing import IO, cast
 from aiohttp import web
 
 from dmocker._atomic import AtomicFile, write_atomic
-from dmocker.replay.collector import TerminalStatus
+from dmocker.handoff import HandoffOrder, order_for_engine
 from dmocker.replay.config import ClusterMode, ReplayConfig
 from dmocker.replay.live import LiveCluster
 from dmocker.replay.report import JsonValue, stable_json
 
-from .app import FrontConfig, build_app
-from .cluster import ServeCluster
+from .app import FrontConfig, Responder, build_app
+from .cluster import ServeCluster, Sinks
 from .metrics import MissingServeExtra, WorkerMetrics
 from .openai_api import ServedModel
+from .workers import VllmWorkers
 
-__all__ = ["ServeOptions", "serve"]
+__all__ = ["Front", "ServeOptions", "serve"]
 
 _DEFAULT_NAME = "dmocker-mock"
 _DEFAULT_MAX_MODEL_LEN = 131072
+
+
+class Front(enum.Enum):
+    """Who chooses the workers: dmocker's own front (the replay's routers), or a real proxy in
+    front of the workers' own servers."""
+
+    DMOCKER = "dmocker"
+    WORKERS = "workers"
 
 
 @dataclass(frozen=True)
@@ -41,10 +51,13 @@ class ServeOptions:
     per_request: str | None
     events: str | None
     stop_after_s: float | None
+    front: Front = Front.DMOCKER
+    kv_abort_timeout_s: float = 480.0
 
     @classmethod
-    def check(cls, config: ReplayConfig, *, host: str, port: int, names: list[str] | None, capacity: int, out: str | None, per_request: str | None, events: str | None,
-              stop_after_s: float | None) -> ServeOptions:
+    def check(cls, config: ReplayConfig, *, host: str, port: int, names: list[str] | None, capacity: int,
+              out: str | None, per_request: str | None, events: str | None, stop_after_s: float | None,
+              front: str = "dmocker", kv_abort_timeout_s: float = 480.0) -> ServeOptions:
         """ValueError naming the flag at fault."""
         if config.cluster.mode is not ClusterMode.DISAGG:
             raise ValueError("--mode: dmocker serve runs a disaggregated cluster")
@@ -56,10 +69,20 @@ class ServeOptions:
             raise ValueError(f"--capacity must be >= 1, got {capacity}")
         if stop_after_s is not None and not stop_after_s > 0:
             raise ValueError(f"--stop-after-s must be > 0, got {stop_after_s}")
+        chosen = Front(front)
+        if chosen is Front.WORKERS and order_for_engine(config.engine) is not HandoffOrder.SOURCE_FIRST:
+            raise ValueError(f"--front workers: the workers speak vLLM's (source-first) protocol so far, "
+                             f"not {config.engine}'s; use the dmocker front")
+        if not kv_abort_timeout_s > 0:
+            raise ValueError(f"--kv-abort-timeout-s must be > 0, got {kv_abort_timeout_s}")
+        ports = config.cluster.prefill_workers + config.cluster.decode_workers if chosen is Front.WORKERS else 1
+        if port and port + ports - 1 > 65535:
+            raise ValueError(f"--port {port}: the workers' {ports} ports do not fit below 65536")
         # the longest prompt + output the front accepts: the engines' limit, when they have one
         length = config.decode.max_model_len or _DEFAULT_MAX_MODEL_LEN
         served = ServedModel(tuple(names) if names else (config.model.name or _DEFAULT_NAME,), length)
-        return cls(config, host, port, served, capacity, out, per_request, events, stop_after_s)
+        return cls(config, host, port, served, capacity, out, per_request, events, stop_after_s, chosen,
+                   kv_abort_timeout_s)
 
 
 class _WriterIO:
@@ -80,21 +103,45 @@ async def serve(options: ServeOptions, stop: asyncio.Event, *, started: Callable
     except MissingServeExtra:
         metrics = None
 
-    def make(on_tokens: Callable[[list[int], float], None],
-             on_end: Callable[[int, TerminalStatus, float], None]) -> LiveCluster:
-        return LiveCluster(options.config, capacity=options.capacity, on_tokens=on_tokens, on_end=on_end,
+    workers_front = options.front is Front.WORKERS
+
+    def make(sinks: Sinks) -> LiveCluster:
+        return LiveCluster(options.config, capacity=options.capacity, on_tokens=sinks.on_tokens,
+                           on_end=sinks.on_end, on_held=sinks.on_held, pinned=workers_front,
+                           abort_timeout_ms=options.kv_abort_timeout_s * 1000.0 if workers_front else None,
                            records=cast(IO[str], _WriterIO(records_w)) if records_w is not None else None,
                            events=cast(IO[str], _WriterIO(events_w)) if events_w is not None else None)
 
-    try:
-        cluster = ServeCluster(make, loop.time)
-        app = build_app(cluster, FrontConfig(options.served, int(wall())), metrics)
+    runners: list[web.AppRunner] = []
+    workers: VllmWorkers | None = None
+
+    async def listen(app: web.Application, port: int) -> tuple[str, int]:
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await runner.setup()
-        site = web.TCPSite(runner, options.host, options.port)
-        await site.start()
-        host, port = cast("tuple[str, int]", runner.addresses[0])[:2]
-        started(f"http://{host}:{port}")
+        runners.append(runner)
+        await web.TCPSite(runner, options.host, port).start()
+        host, bound = cast("tuple[str, int]", runner.addresses[0])[:2]
+        return host, bound
+
+    try:
+        cluster = ServeCluster(make, loop.time)
+        front = FrontConfig(options.served, int(wall()))
+        if workers_front:
+            responder = Responder(cluster, front, metrics)
+            workers = VllmWorkers(responder, options.config.model.tensor_parallel_size)
+            n_p, n_d = options.config.cluster.prefill_workers, options.config.cluster.decode_workers
+            urls: dict[str, list[str]] = {"prefill": [], "decode": []}
+            for i in range(n_p):
+                host, port = await listen(workers.prefill_app(i), options.port + i if options.port else 0)
+                workers.side_channels[i] = (host, port)
+                urls["prefill"].append(f"http://{host}:{port}")
+            for j in range(n_d):
+                host, port = await listen(workers.decode_app(j), options.port + n_p + j if options.port else 0)
+                urls["decode"].append(f"http://{host}:{port}")
+            started("prefill workers " + " ".join(urls["prefill"]) + "; decode workers " + " ".join(urls["decode"]))
+        else:
+            host, port = await listen(build_app(cluster, front, metrics), options.port)
+            started(f"http://{host}:{port}")
         driver = asyncio.create_task(cluster.run())
         try:
             await asyncio.wait_for(stop.wait(), options.stop_after_s)
@@ -102,7 +149,10 @@ async def serve(options: ServeOptions, stop: asyncio.Event, *, started: Callable
             pass
         cluster.stop()
         await driver
-        await runner.cleanup()
+        for runner in runners:
+            await runner.cleanup()
+        if workers is not None:
+            await workers.close()
         live = cluster.cluster
         live.drain(max(cluster.now_ms(), live.now_ms))
     except BaseException:

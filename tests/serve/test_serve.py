@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -25,32 +24,7 @@ pytest.importorskip("prometheus_client")
 
 pytestmark = pytest.mark.slow  # starts servers
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-class Server:
-    def __init__(self, tmp: Path, *flags: str) -> None:
-        self.out, self.records, self.events = tmp / "summary.json", tmp / "records.jsonl", tmp / "events.jsonl"
-        env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "dmocker", "serve", "--port", "0", "--stop-after-s", "90",
-             "--out", str(self.out), "--per-request", str(self.records), "--events", str(self.events), *flags],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp)
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        assert "listening on" in line, line + self.proc.stderr.read() if self.proc.stderr else line
-        self.url = line.split("listening on", 1)[1].strip()
-
-    def stop(self) -> tuple[int, str]:
-        self.proc.send_signal(signal.SIGTERM)
-        out, err = self.proc.communicate(timeout=60)
-        return self.proc.returncode, out + err
-
-    def summary(self) -> dict[str, object]:
-        data = json.loads(self.out.read_text())
-        assert isinstance(data, dict)
-        return data["summary"]  # type: ignore[no-any-return]
-
+from .servers import ROOT, Server
 
 def _events(body: bytes) -> list[bytes]:
     assert body.endswith(b"\n\n")
