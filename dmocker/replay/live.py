@@ -142,6 +142,8 @@ class LiveCluster:
             self.runtime.effects.held_sink = self._held
         self._next_id = 0
         self._attached: set[int] = set()  # pinned: requests whose decode request came
+        self._prefill_attached: set[int] = set()  # ... and whose prefill request came
+        self._known: set[int] = set()  # submitted and not retired (released into the cluster or about to be)
         self.runtime.start()
 
     # ------------------------------------------------------------------ the edge's calls
@@ -155,9 +157,10 @@ class LiveCluster:
         """A request arrives at ``now_ms`` (not before the cluster's time): its id.  It enters
         the cluster at the next :meth:`advance` to ``now_ms`` or later.  ``hash_ids``: one id
         per ``trace_block_size`` tokens of the prompt, equal ids for equal prefixes.
-        ``prefill_worker``: the worker it came to (a pinned cluster only, and there required)."""
-        if (prefill_worker is None) != (self._pins is None):
-            raise LiveError("a pinned cluster takes each request's prefill worker, another cluster none")
+        ``prefill_worker``: the worker it came to (a pinned cluster only; else its prefill
+        request comes later, :meth:`attach_prefill`)."""
+        if prefill_worker is not None and self._pins is None:
+            raise LiveError("only a pinned cluster takes a request's prefill worker")
         if prefill_worker is not None and not 0 <= prefill_worker < len(self.runtime.pools[0].workers):
             raise LiveError(f"no prefill worker {prefill_worker}")
         if now_ms < self.runtime.now_ms:
@@ -173,10 +176,36 @@ class LiveCluster:
         if rid >= self.capacity:
             raise LiveError(f"the cluster takes {self.capacity} requests in its life (capacity)")
         self._next_id = rid + 1
+        self._known.add(rid)
         if self._pins is not None and prefill_worker is not None:
             self._pins[0].pin(rid, prefill_worker)
+            self._prefill_attached.add(rid)
         self._admission.push(Turn(rid, input_length, output_length, tuple(hash_ids), 0.0, NO_NEXT, rid, 0), now_ms)
         return rid
+
+    def attach_prefill(self, request_id: int, worker: int, now_ms: float) -> bool:
+        """A pinned cluster: the prefill request of ``request_id`` came to prefill ``worker``
+        (SGLang's order: both legs come at once, either first).  False when the request is
+        gone or its prefill request came already."""
+        pins = self._pins
+        if pins is None:
+            raise LiveError("attach_prefill is for a pinned cluster")
+        if not 0 <= worker < len(self.runtime.pools[0].workers):
+            raise LiveError(f"no prefill worker {worker}")
+        if now_ms < self.runtime.now_ms:
+            raise LiveError(f"prefill request at {now_ms} ms, before the cluster's time {self.runtime.now_ms} ms")
+        if request_id not in self._known or request_id in self._prefill_attached:
+            return False
+        self._prefill_attached.add(request_id)
+        routing = self.runtime.routing
+
+        def land() -> None:
+            released = pins[0].pin(request_id, worker)
+            if released:
+                routing.release(0, released)
+
+        self.runtime.control.at(now_ms, land)
+        return True
 
     def attach_decode(self, request_id: int, worker: int, now_ms: float, output_length: int | None = None) -> bool:
         """A pinned cluster: the decode request of ``request_id`` came to decode ``worker`` at
@@ -191,7 +220,7 @@ class LiveCluster:
             raise LiveError(f"no decode worker {worker}")
         if now_ms < self.runtime.now_ms:
             raise LiveError(f"decode request at {now_ms} ms, before the cluster's time {self.runtime.now_ms} ms")
-        if request_id not in self.runtime.table.live or request_id in self._attached:
+        if request_id not in self._known or request_id in self._attached:
             return False
         if output_length is not None and (isinstance(output_length, bool) or not isinstance(output_length, int)
                                           or output_length < 1):
@@ -293,6 +322,8 @@ class LiveCluster:
         return fire
 
     def _retired(self, request_id: int) -> None:
+        self._known.discard(request_id)
         self._attached.discard(request_id)
+        self._prefill_attached.discard(request_id)
         if self._on_end is not None:
             self._on_end(request_id, self.collector.status_of(request_id), self.runtime.now_ms)

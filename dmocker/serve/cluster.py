@@ -68,6 +68,8 @@ class ServeCluster:
         self.cluster = make(Sinks(self._on_tokens, self._on_end, self._on_held))
         self.block_size = self.cluster.runtime.handoffs.block_size
         self.streams: dict[int, RequestStream] = {}
+        #: called with a request's id when it has left the cluster (after its stream's End)
+        self.end_listeners: list[Callable[[int], None]] = []
         self._wake = asyncio.Event()
         self._stopping = False
 
@@ -87,6 +89,12 @@ class ServeCluster:
     def stream_of(self, request_id: int) -> RequestStream | None:
         """The stream of a request still in the cluster."""
         return self.streams.get(request_id)
+
+    def attach_prefill(self, stream: RequestStream, worker: int) -> bool:
+        """A pinned cluster: the request's prefill request came to ``worker`` (see LiveCluster)."""
+        ok = self.cluster.attach_prefill(stream.request_id, worker, self._now())
+        self._wake.set()
+        return ok
 
     def attach_decode(self, stream: RequestStream, worker: int, max_tokens: int) -> bool:
         """A pinned cluster: the request's decode request came to ``worker`` (see LiveCluster)."""
@@ -142,6 +150,8 @@ class ServeCluster:
             if not stream.held.done():
                 stream.held.set_exception(LookupError(f"request {rid} ended {status.label} before its KV was held"))
                 stream.held.exception()  # (retrieved: a request nobody waits on logs nothing)
+        for listener in self.end_listeners:
+            listener(rid)
 
     def _on_held(self, rid: int, t_ms: float) -> None:
         stream = self.streams.get(rid)

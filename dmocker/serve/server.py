@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO, cast
 
 from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMessage
 
 from dmocker._atomic import AtomicFile, write_atomic
 from dmocker.handoff import HandoffOrder, order_for_engine
@@ -22,7 +24,7 @@ from .app import FrontConfig, Responder, build_app
 from .cluster import ServeCluster, Sinks
 from .metrics import MissingServeExtra, WorkerMetrics
 from .openai_api import ServedModel
-from .workers import VllmWorkers
+from .workers import SglangWorkers, VllmWorkers
 
 __all__ = ["Front", "ServeOptions", "serve"]
 
@@ -70,12 +72,12 @@ class ServeOptions:
         if stop_after_s is not None and not stop_after_s > 0:
             raise ValueError(f"--stop-after-s must be > 0, got {stop_after_s}")
         chosen = Front(front)
-        if chosen is Front.WORKERS and order_for_engine(config.engine) is not HandoffOrder.SOURCE_FIRST:
-            raise ValueError(f"--front workers: the workers speak vLLM's (source-first) protocol so far, "
-                             f"not {config.engine}'s; use the dmocker front")
         if not kv_abort_timeout_s > 0:
             raise ValueError(f"--kv-abort-timeout-s must be > 0, got {kv_abort_timeout_s}")
-        ports = config.cluster.prefill_workers + config.cluster.decode_workers if chosen is Front.WORKERS else 1
+        n_p, n_d = config.cluster.prefill_workers, config.cluster.decode_workers
+        # the workers, and with SGLang's order each prefill worker's bootstrap server
+        sglang = order_for_engine(config.engine) is HandoffOrder.DESTINATION_FIRST
+        ports = (n_p + n_d + (n_p if sglang else 0)) if chosen is Front.WORKERS else 1
         if port and port + ports - 1 > 65535:
             raise ValueError(f"--port {port}: the workers' {ports} ports do not fit below 65536")
         # the longest prompt + output the front accepts: the engines' limit, when they have one
@@ -83,6 +85,16 @@ class ServeOptions:
         served = ServedModel(tuple(names) if names else (config.model.name or _DEFAULT_NAME,), length)
         return cls(config, host, port, served, capacity, out, per_request, events, stop_after_s, chosen,
                    kv_abort_timeout_s)
+
+
+class _NotHttp1(logging.Filter):
+    """Drops aiohttp's report of a connection that does not speak HTTP/1 (``sglang-router``
+    probes its workers for gRPC over HTTP/2 before it talks HTTP/1.1 to them): answered with a
+    400 and closed, as it should be, so not an error of the server."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, BadHttpMessage)
 
 
 class _WriterIO:
@@ -96,6 +108,7 @@ async def serve(options: ServeOptions, stop: asyncio.Event, *, started: Callable
                 wall: Callable[[], float]) -> int:
     """Serve until ``stop`` is set (or ``stop_after_s``); 0, or 1 when an end-of-run check broke."""
     loop = asyncio.get_running_loop()
+    logging.getLogger("aiohttp.server").addFilter(_NotHttp1())
     records_w = AtomicFile(options.per_request) if options.per_request is not None else None
     events_w = AtomicFile(options.events) if options.events is not None else None
     try:
@@ -113,7 +126,7 @@ async def serve(options: ServeOptions, stop: asyncio.Event, *, started: Callable
                            events=cast(IO[str], _WriterIO(events_w)) if events_w is not None else None)
 
     runners: list[web.AppRunner] = []
-    workers: VllmWorkers | None = None
+    workers: VllmWorkers | SglangWorkers | None = None
 
     async def listen(app: web.Application, port: int) -> tuple[str, int]:
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
@@ -128,17 +141,37 @@ async def serve(options: ServeOptions, stop: asyncio.Event, *, started: Callable
         front = FrontConfig(options.served, int(wall()))
         if workers_front:
             responder = Responder(cluster, front, metrics)
-            workers = VllmWorkers(responder, options.config.model.tensor_parallel_size)
             n_p, n_d = options.config.cluster.prefill_workers, options.config.cluster.decode_workers
-            urls: dict[str, list[str]] = {"prefill": [], "decode": []}
-            for i in range(n_p):
-                host, port = await listen(workers.prefill_app(i), options.port + i if options.port else 0)
-                workers.side_channels[i] = (host, port)
-                urls["prefill"].append(f"http://{host}:{port}")
-            for j in range(n_d):
-                host, port = await listen(workers.decode_app(j), options.port + n_p + j if options.port else 0)
-                urls["decode"].append(f"http://{host}:{port}")
-            started("prefill workers " + " ".join(urls["prefill"]) + "; decode workers " + " ".join(urls["decode"]))
+
+            def port_of(k: int) -> int:
+                return options.port + k if options.port else 0
+
+            urls: dict[str, list[str]] = {"prefill": [], "decode": [], "bootstrap": []}
+            if order_for_engine(options.config.engine) is HandoffOrder.SOURCE_FIRST:
+                vllm = VllmWorkers(responder, options.config.model.tensor_parallel_size)
+                workers = vllm
+                for i in range(n_p):
+                    host, port = await listen(vllm.prefill_app(i), port_of(i))
+                    vllm.side_channels[i] = (host, port)
+                    urls["prefill"].append(f"http://{host}:{port}")
+                for j in range(n_d):
+                    host, port = await listen(vllm.decode_app(j), port_of(n_p + j))
+                    urls["decode"].append(f"http://{host}:{port}")
+            else:
+                sgl = SglangWorkers(responder)
+                workers = sgl
+                for i in range(n_p):
+                    host, port = await listen(sgl.worker_app("prefill", i), port_of(i))
+                    urls["prefill"].append(f"http://{host}:{port}")
+                for j in range(n_d):
+                    host, port = await listen(sgl.worker_app("decode", j), port_of(n_p + j))
+                    urls["decode"].append(f"http://{host}:{port}")
+                for i in range(n_p):
+                    host, port = await listen(sgl.bootstrap_app(i), port_of(n_p + n_d + i))
+                    sgl.bootstrap[i] = (host, port)
+                    urls["bootstrap"].append(str(port))
+            started("prefill workers " + " ".join(urls["prefill"]) + "; decode workers " + " ".join(urls["decode"])
+                    + ("; bootstrap ports " + " ".join(urls["bootstrap"]) if urls["bootstrap"] else ""))
         else:
             host, port = await listen(build_app(cluster, front, metrics), options.port)
             started(f"http://{host}:{port}")

@@ -35,7 +35,7 @@ from dmocker.replay.collector import TerminalStatus
 from dmocker.replay.live import LiveError
 
 from .app import Responder, add_common_routes, error_response, one_prompt, refused
-from .cluster import End
+from .cluster import End, RequestStream
 from .openai_api import (
     TOKEN_TEXT,
     ApiError,
@@ -49,12 +49,15 @@ from .openai_api import (
     response,
     response_id,
     serving_error,
+    stream_tokens,
 )
 
-__all__ = ["KV_PATH", "VllmWorkers"]
+__all__ = ["BOOTSTRAP_PATH", "KV_PATH", "SglangWorkers", "VllmWorkers", "server_info"]
 
 #: The side channel's route on a prefill worker: whether a request's KV is held there.
 KV_PATH = "/dmocker/kv/{request_id}"
+#: The route of a prefill worker's bootstrap server (SGLang's order): which worker it is.
+BOOTSTRAP_PATH = "/dmocker/bootstrap"
 _NOT_A_PREFILL_LEG = ("a mock prefill worker serves the prefill leg of a disaggregated request: "
                       "kv_transfer_params.do_remote_decode must be true")
 _NOT_A_DECODE_LEG = ("a mock decode worker serves the decode leg of a disaggregated request: kv_transfer_params "
@@ -195,3 +198,145 @@ def _ended(end: End) -> ApiError:
     if end.status is TerminalStatus.REJECTED:
         return serving_error("The prompt needs more KV cache blocks than a worker has.", "prompt")
     return serving_error(f"the request ended ({end.status.label}) before its prefill finished")
+
+
+def server_info(role: str, responder: Responder) -> JsonObject:
+    """What ``GET /server_info`` (and ``/model_info``) tell a router: SGLang's field names for
+    the served model and the worker's disaggregation role (``sgl-project/sglang``
+    ``python/sglang/srt/entrypoints/http_server.py``; ``sglang-router`` reads both at start)."""
+    name = responder.config.served.names[0]
+    return {"model_path": name, "served_model_name": name, "tokenizer_path": name, "is_generation": True,
+            "disaggregation_mode": role, "max_total_num_tokens": responder.config.served.max_model_len,
+            "version": "dmocker"}
+
+
+def add_sglang_routes(app: web.Application, role: str, responder: Responder) -> None:
+    info = server_info(role, responder)
+
+    async def info_page(_: web.Request) -> web.StreamResponse:
+        return web.json_response(info)
+
+    for path in ("/server_info", "/get_server_info", "/model_info", "/get_model_info"):
+        app.router.add_get(path, info_page)
+
+
+class SglangWorkers:
+    """SGLang's order (destination-first): a router sends the same request, with
+    ``bootstrap_host``, ``bootstrap_port`` and ``bootstrap_room``, to a prefill worker and a
+    decode worker at once; the two legs meet by the room.  Each prefill worker has a bootstrap
+    server of its own (the port a router is given with it, ``--prefill URL PORT``), which the
+    decode leg asks which worker it is (SGLang's ``python/sglang/srt/disaggregation/``: the
+    decode side registers with the prefill's bootstrap server before the KV is sent).
+
+    The cluster's coordinator orders the handoff: the decode worker reserves first, the prefill
+    worker prefills once the destination is reserved and its own leg has come, the KV moves,
+    the decode streams.  The prefill leg is answered with its one token once the source is
+    held; the decode leg streams the request's tokens.
+    """
+
+    def __init__(self, responder: Responder) -> None:
+        self.responder = responder
+        self.cluster = responder.cluster
+        self.rooms: dict[int, RequestStream] = {}
+        self._room_of: dict[int, int] = {}
+        self.cluster.end_listeners.append(self._ended)
+        #: each prefill worker's bootstrap (host, port), once it listens
+        self.bootstrap: dict[int, tuple[str, int]] = {}
+        self._session: aiohttp.ClientSession | None = None
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    def bootstrap_app(self, worker: int) -> web.Application:
+        app = web.Application()
+
+        async def who(_: web.Request) -> web.StreamResponse:
+            return web.json_response({"prefill_worker": worker})
+
+        app.router.add_get(BOOTSTRAP_PATH, who)
+        return app
+
+    def worker_app(self, role: str, worker: int) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+
+        async def completions(request: web.Request) -> web.StreamResponse:
+            return await self._leg(request, Endpoint.COMPLETIONS, role, worker)
+
+        async def chat(request: web.Request) -> web.StreamResponse:
+            return await self._leg(request, Endpoint.CHAT, role, worker)
+
+        app.router.add_post(Endpoint.COMPLETIONS.value, completions)
+        app.router.add_post(Endpoint.CHAT.value, chat)
+        add_common_routes(app, self.responder)
+        add_sglang_routes(app, role, self.responder)
+        return app
+
+    async def _leg(self, request: web.Request, endpoint: Endpoint, role: str, worker: int) -> web.StreamResponse:
+        prefill = role == "prefill"
+        try:
+            req = parse(endpoint, await request.read(), self.responder.config.served)
+            tokens = one_prompt(req)
+            if len(req.bootstrap) != 1 or req.bootstrap[0].room is None or req.bootstrap[0].port is None \
+                    or req.bootstrap[0].host is None:
+                raise serving_error(f"a mock {role} worker serves one leg of a disaggregated request: it needs "
+                                    "bootstrap_host, bootstrap_port and bootstrap_room", "bootstrap_room")
+            boot = req.bootstrap[0]
+            assert boot.room is not None and boot.port is not None and boot.host is not None
+            if not prefill and await self._bootstrap_worker(boot.host, boot.port) is None:
+                raise serving_error(f"no prefill bootstrap server at {boot.host}:{boot.port}", "bootstrap_port")
+            stream = self.rooms.get(boot.room)
+            if stream is None:
+                try:
+                    stream = self.cluster.submit(tokens, req.max_tokens)
+                except LiveError as exc:
+                    raise refused(exc) from None
+                self.rooms[boot.room] = stream
+                self._room_of[stream.request_id] = boot.room
+            attached = (self.cluster.attach_prefill(stream, worker) if prefill
+                        else self.cluster.attach_decode(stream, worker, req.max_tokens))
+            if not attached:
+                raise serving_error(f"bootstrap room {boot.room} has a {role} leg already, or has ended",
+                                    "bootstrap_room")
+        except ApiError as err:
+            return error_response(err)
+        if not prefill:
+            return await self.responder.answer(request, req, stream, req.max_tokens)
+        try:
+            await stream.held
+        except LookupError:
+            return error_response(serving_error("the request ended before its prefill finished"))
+        except (asyncio.CancelledError, ConnectionResetError):
+            self.cluster.cancel(stream)
+            raise
+        config = self.responder.config
+        rid = response_id(endpoint, stream.request_id)
+        body = response(endpoint, rid, config.created, req.model, [Choice(0, TOKEN_TEXT, FinishReason.LENGTH)],
+                        Usage(req.prompt_tokens, 1), None)
+        if not req.stream:
+            return web.Response(body=body, content_type="application/json")
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        for chunk in stream_tokens(req, rid, config.created, 1, FinishReason.LENGTH):
+            await out.write(chunk)
+        await out.write_eof()
+        return out
+
+    def _ended(self, request_id: int) -> None:
+        """A request left the cluster: its room is free again."""
+        room = self._room_of.pop(request_id, None)
+        if room is not None:
+            self.rooms.pop(room, None)
+
+    async def _bootstrap_worker(self, host: str, port: int) -> int | None:
+        """The side channel: which prefill worker the bootstrap server at host:port is."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
+        try:
+            async with self._session.get(f"http://{host}:{port}{BOOTSTRAP_PATH}") as resp:
+                if resp.status != 200:
+                    return None
+                worker = (await resp.json()).get("prefill_worker")
+                return worker if isinstance(worker, int) else None
+        except (aiohttp.ClientError, ValueError):
+            return None

@@ -135,8 +135,8 @@ def test_a_pinned_cluster_takes_its_workers_from_outside_and_frees_a_source_nobo
                           on_held=lambda rid, t: held.__setitem__(rid, t),
                           on_tokens=lambda ids, t: [tokens.__setitem__(r, tokens.get(r, 0) + 1) for r in ids] and None,
                           on_end=lambda rid, status, t: ended.__setitem__(rid, status))
-    with pytest.raises(LiveError, match="prefill worker"):
-        cluster.submit(640, 8, tuple(range(10)), 0.0)
+    with pytest.raises(LiveError, match="pinned"):
+        LiveCluster(config).submit(640, 8, tuple(range(10)), 0.0, prefill_worker=0)
     a = cluster.submit(640, 8, tuple(range(10)), 0.0, prefill_worker=1)
     b = cluster.submit(640, 8, tuple(range(100, 110)), 0.0, prefill_worker=0)
     cluster.advance(0.0)

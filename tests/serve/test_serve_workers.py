@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -126,8 +127,97 @@ def test_workers_serve_vllms_proxy_sequence_and_free_what_nobody_reads(tmp_path:
     assert conform.returncode == 0, conform.stdout + conform.stderr
 
 
-def test_workers_front_refuses_what_it_does_not_speak_yet(tmp_path: Path) -> None:
-    out = subprocess.run([sys.executable, "-m", "dmocker", "serve", "--front", "workers", "--engine", "sglang",
-                          "--port", "0", "--stop-after-s", "5"], capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=tmp_path)
-    assert out.returncode == 2 and "source-first" in out.stderr
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def _through_sglang_router(where: str, router_port: int) -> None:
+    prefill, rest = where.split("; decode workers ")
+    decode, boot = rest.split("; bootstrap ports ")
+    prefill_urls, decode_urls, boot_ports = prefill.removeprefix("prefill workers ").split(), decode.split(), boot.split()
+    args = [sys.executable, "-m", "sglang_router.launch_router", "--pd-disaggregation", "--host", "127.0.0.1",
+            "--port", str(router_port)]
+    for url, port in zip(prefill_urls, boot_ports):
+        args += ["--prefill", url, port]
+    for url in decode_urls:
+        args += ["--decode", url]
+    router = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{router_port}"
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as s:
+            for _ in range(120):  # the router starts, checks the workers' health and info
+                try:
+                    async with s.post(base + "/v1/completions", json={"model": "dmocker-mock", "prompt": "ready?", "max_tokens": 1}) as r:
+                        if r.status == 200:
+                            break
+                except aiohttp.ClientError:
+                    pass
+                await asyncio.sleep(0.25)
+            else:
+                raise AssertionError("sglang-router did not come up")
+
+            async def one(k: int, stream: bool) -> None:
+                body = {"model": "dmocker-mock", "prompt": "shared context " * 20 + f"q{k}", "max_tokens": 6, "stream": stream}
+                async with s.post(base + "/v1/completions", json=body) as r:
+                    assert r.status == 200, await r.text()
+                    raw = await r.read()
+                if stream:
+                    assert raw.count(b'" the"') == 6 and raw.rstrip().endswith(b"[DONE]")
+                else:
+                    assert json.loads(raw)["choices"][0]["text"] == " the" * 6
+
+            await asyncio.gather(*(one(k, k % 2 == 0) for k in range(12)))
+    finally:
+        router.terminate()
+        router.wait(timeout=30)
+
+
+def test_workers_serve_sglang_router_in_prefill_decode_mode(tmp_path: Path) -> None:
+    pytest.importorskip("sglang_router")
+    server = Server(tmp_path, "--front", "workers", "--engine", "sglang")
+    try:
+        asyncio.run(asyncio.wait_for(_through_sglang_router(server.where, _free_port()), timeout=150))
+    finally:
+        code, output = server.stop()
+    assert code == 0, output
+    summary = server.summary()
+    assert summary["invariants_ok"] is True, summary["invariant_breaks"]
+    assert summary["leaked_kv_blocks"] == 0 and summary["completed_requests"] >= 13
+
+
+async def _legs_by_hand(where: str) -> None:
+    prefill, rest = where.split("; decode workers ")
+    decode, boot = rest.split("; bootstrap ports ")
+    p_url, d_url, b_port = prefill.removeprefix("prefill workers ").split()[0], decode.split()[0], int(boot.split()[0])
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as s:
+        body = {"prompt": "by hand", "max_tokens": 4, "bootstrap_host": "127.0.0.1", "bootstrap_port": b_port,
+                "bootstrap_room": 42}
+
+        async def leg(url: str, delay: float) -> tuple[int, Any]:
+            await asyncio.sleep(delay)
+            async with s.post(url + "/v1/completions", json=body) as r:
+                return r.status, await r.json()
+
+        # the decode leg first, the prefill leg later: they meet by the room
+        (d_status, d_out), (p_status, p_out) = await asyncio.gather(leg(d_url, 0.0), leg(p_url, 0.2))
+        assert (d_status, p_status) == (200, 200)
+        assert d_out["choices"][0]["text"] == " the" * 4 and p_out["usage"]["completion_tokens"] == 1
+        async with s.post(d_url + "/v1/completions", json={"prompt": "x"}) as r:  # no bootstrap fields
+            assert r.status == 400 and (await r.json())["error"]["param"] == "bootstrap_room"
+        async with s.post(d_url + "/v1/completions", json={**body, "bootstrap_port": _free_port(),
+                                                            "bootstrap_room": 7}) as r:
+            assert r.status == 400 and (await r.json())["error"]["param"] == "bootstrap_port"
+
+
+def test_sglang_legs_meet_by_their_room_in_either_order(tmp_path: Path) -> None:
+    server = Server(tmp_path, "--front", "workers", "--engine", "sglang", "--prefill-workers", "1",
+                    "--decode-workers", "1")
+    try:
+        asyncio.run(asyncio.wait_for(_legs_by_hand(server.where), timeout=60))
+    finally:
+        code, output = server.stop()
+    assert code == 0, output
+    summary = server.summary()
+    assert summary["invariants_ok"] is True and summary["completed_requests"] == 1
