@@ -100,7 +100,11 @@ def run(args: argparse.Namespace) -> int:
                                      kv_abort_timeout_s=args.kv_abort_timeout_s)
     except (ConfigError, ValueError) as exc:
         return _fail(str(exc))
-    return asyncio.run(_serve(options))
+    try:
+        import uvloop  # the loop the HTTP stack was chosen on (docs/serve.md)
+    except ImportError:
+        return asyncio.run(_serve(options))
+    return int(uvloop.run(_serve(options)))
 
 
 async def _serve(options: object) -> int:
