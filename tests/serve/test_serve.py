@@ -22,8 +22,6 @@ import pytest
 aiohttp = pytest.importorskip("aiohttp")
 pytest.importorskip("prometheus_client")
 
-pytestmark = pytest.mark.slow  # starts servers
-
 from .servers import ROOT, Server
 
 def _events(body: bytes) -> list[bytes]:
@@ -92,6 +90,29 @@ async def _traffic(url: str) -> dict[str, float]:
         return {"median_client_ttft_s": ttft[len(ttft) // 2]}
 
 
+def test_one_stream_and_a_clean_stop(tmp_path: Path) -> None:
+    """The quick loop's twin of the test below: one streamed request, then SIGTERM."""
+    server = Server(tmp_path)
+
+    async def one() -> bytes:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as s:
+            body = {"prompt": "hello", "max_tokens": 3, "stream": True, "stream_options": {"include_usage": True}}
+            async with s.post(server.url + "/v1/completions", json=body) as resp:
+                assert resp.status == 200
+                return await resp.read()
+
+    try:
+        events = _events(asyncio.run(asyncio.wait_for(one(), timeout=60)))
+    finally:
+        code, output = server.stop()
+    assert code == 0, output
+    assert events[-1] == b"[DONE]" and orjson.loads(events[-2])["usage"]["completion_tokens"] == 3
+    summary = server.summary()
+    assert summary["completed_requests"] == 1 and summary["leaked_kv_blocks"] == 0
+    assert summary["invariants_ok"] is True, summary["invariant_breaks"]
+
+
+@pytest.mark.slow  # two servers, 55 requests each
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_serve_streams_checks_and_stops_cleanly(tmp_path: Path, engine: str) -> None:
     server = Server(tmp_path, "--engine", engine)
@@ -112,6 +133,7 @@ def test_serve_streams_checks_and_stops_cleanly(tmp_path: Path, engine: str) -> 
     assert conform.returncode == 0, conform.stdout + conform.stderr
 
 
+@pytest.mark.slow  # requests one at a time, timed
 def test_what_a_client_measures_is_what_the_cluster_records(tmp_path: Path) -> None:
     """Requests one at a time: a client's TTFT is the cluster's (its record) plus the loopback
     and scheduling delay, a few ms."""

@@ -27,8 +27,6 @@ pytest.importorskip("prometheus_client")
 
 from .servers import ROOT, Server  # noqa: E402
 
-pytestmark = pytest.mark.slow  # starts servers
-
 _PREFILL_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
                    "remote_block_ids": None, "remote_host": None, "remote_port": None}
 
@@ -109,6 +107,26 @@ async def _drive(where: str) -> None:
         await asyncio.sleep(2.0)
 
 
+def test_one_request_through_both_legs(tmp_path: Path) -> None:
+    """The quick loop's twin of the test below: one request, prefill leg then decode leg."""
+    server = Server(tmp_path, "--front", "workers")
+
+    async def one() -> bytes:
+        prefill, decode = _urls(server.where)
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as s:
+            return await ToyProxyClient(s, prefill, decode).request({"prompt": "hello", "max_tokens": 2}, 0)
+
+    try:
+        out = json.loads(asyncio.run(asyncio.wait_for(one(), timeout=60)))
+    finally:
+        code, output = server.stop()
+    assert code == 0, output
+    assert out["choices"][0]["text"] == " the" * 2
+    summary = server.summary()
+    assert summary["completed_requests"] == 1 and summary["leaked_kv_blocks"] == 0
+
+
+@pytest.mark.slow  # starts servers
 def test_workers_serve_vllms_proxy_sequence_and_free_what_nobody_reads(tmp_path: Path) -> None:
     server = Server(tmp_path, "--front", "workers", "--kv-abort-timeout-s", "1")
     try:
@@ -174,6 +192,7 @@ async def _through_sglang_router(where: str, router_port: int) -> None:
         router.wait(timeout=30)
 
 
+@pytest.mark.slow  # starts servers
 def test_workers_serve_sglang_router_in_prefill_decode_mode(tmp_path: Path) -> None:
     pytest.importorskip("sglang_router")
     server = Server(tmp_path, "--front", "workers", "--engine", "sglang")
@@ -211,6 +230,7 @@ async def _legs_by_hand(where: str) -> None:
             assert r.status == 400 and (await r.json())["error"]["param"] == "bootstrap_port"
 
 
+@pytest.mark.slow  # starts servers
 def test_sglang_legs_meet_by_their_room_in_either_order(tmp_path: Path) -> None:
     server = Server(tmp_path, "--front", "workers", "--engine", "sglang", "--prefill-workers", "1",
                     "--decode-workers", "1")
