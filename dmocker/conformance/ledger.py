@@ -49,9 +49,10 @@ class ViolationLog:
 
     def record(
         self, handoff: HandoffKey, node: int, kind: ViolationKind, line: int, t_ms: float,
-        symbol: str, message: str | None,
-    ) -> None:
-        """Count the violation of ``handoff`` at trie ``node``; describe it while the list has room.
+        symbol: str, message: str | None, *, describe: bool = False,
+    ) -> Violation | None:
+        """Count the violation of ``handoff`` at trie ``node``; describe it while the list has room
+        (or when ``describe``: a live listener wants each one) and return the description.
 
         Without a ``message`` one is written from what the spec allows at ``node``.
         """
@@ -59,8 +60,9 @@ class ViolationLog:
         order = trie.order[node]
         self.counts[(order, kind)] += 1
         self.prefixes[node] += 1
-        if len(self.listed) >= self.max_listed:
-            return
+        room = len(self.listed) < self.max_listed
+        if not room and not describe:
+            return None
         proj = trie.projections[order]
         dfa = proj.states[trie.dfa[node]]
         allowed = tuple(symbol_display(s) for s in dfa.allowed)
@@ -71,10 +73,11 @@ class ViolationLog:
                            + (f"the spec allows only {', '.join(allowed)} there" if allowed else "the spec allows nothing more"))
             else:
                 message = f"{shown} is not allowed here; the spec allows {', '.join(allowed) or 'nothing'}"
-        self.listed.append(
-            Violation(handoff, order, kind, line, t_ms, shown, proj.describe(trie.dfa[node]), allowed,
-                      tuple(symbol_display(s) for s in trie.seen(node)), message)
-        )
+        violation = Violation(handoff, order, kind, line, t_ms, shown, proj.describe(trie.dfa[node]), allowed,
+                              tuple(symbol_display(s) for s in trie.seen(node)), message)
+        if room:
+            self.listed.append(violation)
+        return violation
 
     def by_order_and_kind(self) -> list[tuple[tuple[HandoffOrder, ViolationKind], int]]:
         """The counts in report order (order, then kind, by value)."""

@@ -20,6 +20,7 @@ the report writers render.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Iterable
 
@@ -112,6 +113,8 @@ class Validator:
         self._violations = ViolationLog(self._trie, max_listed)
         self._errors = InputErrors(max_listed)
         self._read = ReadStats()
+        #: called with each handoff's first violation as it is found (a live checker's hook)
+        self.on_violation: Callable[[Violation], None] | None = None
 
     @property
     def track_global_time(self) -> bool:
@@ -284,7 +287,11 @@ class Validator:
         symbol: str, message: str | None,
     ) -> None:
         self._finished[handoff] = _VIOLATED
-        self._violations.record(handoff, node, kind, line, t_ms, symbol, message)
+        listener = self.on_violation
+        violation = self._violations.record(handoff, node, kind, line, t_ms, symbol, message,
+                                            describe=listener is not None)
+        if listener is not None and violation is not None:
+            listener(violation)
 
     def violate(self, handoff: HandoffKey, kind: ViolationKind, line: int, t_ms: float, event: str, message: str) -> None:
         """An adapter-level violation (e.g. decode admitted before activation) for ``handoff``."""

@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # imported when used: a plain run loads neither (the checker 
     from .coordinators import ForeignFactory
     from .fault_driver import FaultDriver
 
-__all__ = ["RunHooks", "add_end_checks", "add_end_fields", "empty_faults_injected", "finish_agg", "prepare"]
+__all__ = ["RunHooks", "add_end_fields", "empty_faults_injected", "finish_agg", "prepare"]
 
 
 def empty_faults_injected() -> dict[str, JsonValue]:
@@ -93,14 +93,6 @@ class RunHooks:
         if d is not None:
             injected.update(d.injected)
         add_end_fields(summary, collector, leaked, breaks, injected, d.causes if d is not None else {})
-
-
-def add_end_checks(runtime: DisaggRuntime, collector: Collector, summary: dict[str, JsonValue], *,
-                   order: HandoffOrder, events_path: str | os.PathLike[str] | None = None) -> None:
-    """The end-of-run checks of a run that was stopped and drained from outside (a live
-    cluster; no faults injected but its clients' cancels), the event log validated if given."""
-    eor = check_end_of_run(runtime.control, collector, summary, order=order, finished=True, events_path=events_path)
-    add_end_fields(summary, collector, eor.leaked_kv_blocks, list(eor.breaks), empty_faults_injected(), {})
 
 
 def finish_agg(runtime: EndState, collector: Collector, summary: dict[str, JsonValue], *, order: HandoffOrder,

@@ -13,6 +13,11 @@ same time are released together, as a trace's simultaneous arrivals are.
 Passes are simulated one by one (no bulk decode runs), so every pass's tokens are reported
 when the pass ends.  The collector keeps a slot per request, so a cluster takes at most
 ``capacity`` requests in its life.
+
+The configuration's fault plan and coordinator apply as in the replay (the same
+:func:`~dmocker.replay.end_of_run.prepare` hooks): cancel, fail and timeout rates drawn per
+request id with the plan's seed, scheduled faults, worker crashes at cluster times, a user's
+coordinator.
 """
 
 from __future__ import annotations
@@ -20,19 +25,19 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import IO, cast
 
-from dmocker.engines.interface import EngineRequest, EngineWorker, IdArray, LifecycleEvent
+from dmocker.engines.interface import EngineRequest, EngineWorker, IdArray, LifecycleEvent, WorkerProbes
 from dmocker.engines.registry import make_worker
 from dmocker.handoff import Canceled, SourceHeld, TimedOut, order_for_engine
 
 from .collector import Collector, TerminalStatus
 from .config import ClusterMode, ReplayConfig
-from .end_of_run import add_end_checks
+from .end_of_run import prepare
 from .report import JsonValue, SlaThresholds, build_summary
 from .routing import PinnedRouter, Pool, Router, RouterContext, parse_router
 from .runtime import DisaggRuntime
 from .workload import NO_NEXT, AdmissionQueue, SessionStart, Turn
 
-__all__ = ["LiveCluster", "LiveError"]
+__all__ = ["LiveCluster", "LiveError", "Stranded"]
 
 TokenSink = Callable[[list[int], float], None]
 """Called with the ids of the requests that each got one token, and the time (ms)."""
@@ -46,6 +51,23 @@ HeldSink = Callable[[int, float], None]
 
 class LiveError(ValueError):
     """A configuration the live cluster does not run, or a request it cannot take."""
+
+
+class Stranded:
+    """KV held for a handoff that a missing party blocks, in blocks of the holders' prompts (a
+    shared prefix counted once per request): what a live edge reports while the run goes on."""
+
+    __slots__ = ("no_decode_leg", "no_prefill_leg", "after_cancel", "retired")
+
+    def __init__(self, no_decode_leg: int, no_prefill_leg: int, after_cancel: int, retired: int) -> None:
+        #: sources held whose decode request has not come (a pinned cluster)
+        self.no_decode_leg = no_decode_leg
+        #: destinations reserved whose prefill request has not come (a pinned cluster, SGLang's order)
+        self.no_prefill_leg = no_prefill_leg
+        #: requests whose client went away and that still hold KV
+        self.after_cancel = after_cancel
+        #: requests that left the cluster and are still registered on a worker (a leak)
+        self.retired = retired
 
 
 class _Arrivals:
@@ -124,6 +146,9 @@ class LiveCluster:
                                                 args.max_num_batched_tokens), routing)
                 for pool, args in ((Pool.PREFILL, prefill_args), (Pool.DECODE, decode_args))
             )
+        self._hooks = prepare(config.faults, config.coordinator, prefill_args=prefill_args, decode_args=decode_args,
+                              prefill_workers=config.cluster.prefill_workers,
+                              decode_workers=config.cluster.decode_workers, num_requests=capacity)
         kv_feed = routers[0].wants_kv_events
         p_workers: list[EngineWorker] = [
             make_worker(prefill_args, i, record_kv_events=kv_feed) for i in range(config.cluster.prefill_workers)
@@ -136,7 +161,9 @@ class LiveCluster:
             prefill_workers=p_workers, decode_workers=d_workers, order=order_for_engine(prefill_args.engine),
             collector=self.collector, records=records, events=events, on_retired=self._retired,
             prefill_router=routers[0], decode_router=routers[1], bulk=False,
+            coordinator_factory=self._hooks.factory,
         )
+        self._hooks.attach(self.runtime)
         self.runtime.effects.token_sink = self._tokens
         if on_held is not None or abort_timeout_ms is not None:
             self.runtime.effects.held_sink = self._held
@@ -144,6 +171,8 @@ class LiveCluster:
         self._attached: set[int] = set()  # pinned: requests whose decode request came
         self._prefill_attached: set[int] = set()  # ... and whose prefill request came
         self._known: set[int] = set()  # submitted and not retired (released into the cluster or about to be)
+        self._canceled: set[int] = set()  # live requests whose client went away
+        self._blocks = (prefill_args.num_gpu_blocks or 0, decode_args.num_gpu_blocks or 0)
         self.runtime.start()
 
     # ------------------------------------------------------------------ the edge's calls
@@ -253,6 +282,8 @@ class LiveCluster:
         ``Canceled`` fact) at the next :meth:`advance`; nothing happens if it already ended."""
         if now_ms < self.runtime.now_ms:
             raise LiveError(f"cancel at {now_ms} ms, before the cluster's time {self.runtime.now_ms} ms")
+        if request_id in self._known:
+            self._canceled.add(request_id)
         self.runtime.control.inject(now_ms, request_id, Canceled)
 
     def drain(self, now_ms: float) -> None:
@@ -269,8 +300,8 @@ class LiveCluster:
         """The summary with the replay's end-of-run checks (leaked KV, open routes, coordinators
         not complete, and the event log at ``events_path`` against the spec), after :meth:`drain`."""
         summary = self.summary()
-        add_end_checks(self.runtime, self.collector, summary, order=order_for_engine(self.config.engine),
-                       events_path=events_path)
+        self._hooks.finish(self.runtime, self.collector, summary, order=order_for_engine(self.config.engine),
+                           capped=False, events_path=events_path)
         return summary
 
     def advance(self, now_ms: float) -> None:
@@ -285,6 +316,44 @@ class LiveCluster:
     @property
     def in_flight(self) -> int:
         return self.runtime.table.in_flight
+
+    def kv_usage(self) -> float:
+        """The share of the cluster's KV blocks in use now (every worker of both pools)."""
+        control = self.runtime.control
+        used = total = 0
+        for stage in (0, 1):
+            for w in control.workers(stage):
+                if isinstance(w, WorkerProbes):
+                    used += w.kv_in_use()[0]
+                    total += self._blocks[stage]
+        return min(used / total, 1.0) if total else 0.0
+
+    def stranded(self) -> Stranded:
+        """The KV now held for handoffs a missing party blocks (see :class:`Stranded`)."""
+        live = self.runtime.table.live
+        block = self.runtime.handoffs.block_size
+        no_decode = no_prefill = after_cancel = 0
+        for rid, req in live.items():
+            blocks = -(-req.turn.input_length // block)
+            held = req.source_held_ms is not None and req.source_released_ms is None
+            if self._pins is not None and held and rid not in self._attached:
+                no_decode += blocks
+            if (self._pins is not None and req.destination_reserved_ms is not None
+                    and rid not in self._prefill_attached):
+                no_prefill += blocks
+            if rid in self._canceled and (held or req.destination_reserved_ms is not None):
+                after_cancel += blocks
+        retired = 0
+        for stage in (0, 1):
+            for w in self.runtime.control.workers(stage):
+                for rid in w.kv_in_use()[1] if isinstance(w, WorkerProbes) else ():
+                    if rid not in live:
+                        retired += -(-self.collector.input_length[rid] // block)
+        return Stranded(no_decode, no_prefill, after_cancel, retired)
+
+    def reused_tokens(self, request_id: int) -> int:
+        """Prompt tokens of a request served from a prefix cache."""
+        return self.collector.reused_of(request_id)
 
     def summary(self) -> dict[str, JsonValue]:
         """The replay's summary of the requests so far."""
@@ -323,6 +392,7 @@ class LiveCluster:
 
     def _retired(self, request_id: int) -> None:
         self._known.discard(request_id)
+        self._canceled.discard(request_id)
         self._attached.discard(request_id)
         self._prefill_attached.discard(request_id)
         if self._on_end is not None:

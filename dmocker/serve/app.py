@@ -21,7 +21,7 @@ from dmocker.replay.collector import TerminalStatus
 from dmocker.replay.live import LiveError
 
 from .cluster import End, RequestStream, ServeCluster
-from .metrics import WorkerMetrics
+from .metrics import LeakCause, WorkerMetrics
 from .openai_api import (
     DONE,
     TOKEN_TEXT,
@@ -29,6 +29,7 @@ from .openai_api import (
     Choice,
     Endpoint,
     ErrorKind,
+    ErrorStyle,
     FinishReason,
     GenerationRequest,
     ServedModel,
@@ -49,10 +50,14 @@ __all__ = ["FrontConfig", "Responder", "add_common_routes", "build_app", "error_
 _FINISH = {
     TerminalStatus.COMPLETED: FinishReason.LENGTH,
     TerminalStatus.CANCELED: FinishReason.ABORT,
-    TerminalStatus.FAILED: FinishReason.ABORT,
+    TerminalStatus.FAILED: FinishReason.ERROR,
     TerminalStatus.REJECTED: FinishReason.ERROR,
 }
 _JSON = "application/json"
+#: What a failed request (a failed or timed-out handoff, a crashed worker) gets: vLLM's
+#: ``GenerationError`` for a request that finished with an error (``vllm/entrypoints/openai/
+#: serving_engine.py``), a 500 "Internal server error"; in a stream, one error event, then ``[DONE]``.
+_FAILED = ApiError(ErrorKind.INTERNAL, "Internal server error")
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,7 @@ class Responder:
         self.cluster = cluster
         self.config = config
         self.metrics = metrics
+        self.error_style = ErrorStyle.VLLM
 
     async def answer(self, request: web.Request, req: GenerationRequest, stream: RequestStream,
                      max_tokens: int) -> web.StreamResponse:
@@ -91,10 +97,18 @@ class Responder:
         return web.Response(status=200)
 
     async def metrics_page(self, _: web.Request) -> web.StreamResponse:
-        if self.metrics is None:
+        m = self.metrics
+        if m is None:
             return web.Response(status=404)
-        self.metrics.set_queue(self.cluster.cluster.in_flight, 0)
-        return web.Response(body=self.metrics.exposition(), headers={"Content-Type": "text/plain; version=0.0.4"})
+        live = self.cluster.cluster
+        m.set_queue(live.in_flight, 0)
+        m.set_kv_cache_usage(live.kv_usage())
+        stranded = live.stranded()
+        m.set_leaked_blocks(LeakCause.NO_DECODE_LEG, stranded.no_decode_leg)
+        m.set_leaked_blocks(LeakCause.STRANDED_DESTINATION, stranded.no_prefill_leg)
+        m.set_leaked_blocks(LeakCause.CLIENT_DISCONNECT, stranded.after_cancel)
+        m.set_leaked_blocks(LeakCause.NEVER_RELEASED, stranded.retired)
+        return web.Response(body=m.exposition(), headers={"Content-Type": "text/plain; version=0.0.4"})
 
 
     async def _whole(self, req: GenerationRequest, rid: str, stream: RequestStream) -> web.StreamResponse:
@@ -108,10 +122,12 @@ class Responder:
             self._token(n, item, start, last)
             n += 1
             last = item
-        self._finished(item, start)
+        self._finished(stream.request_id, req, item, start)
         if item.status is TerminalStatus.REJECTED:
             err = serving_error("The prompt needs more KV cache blocks than a worker has.", "prompt")
-            return web.Response(status=err.status, body=err.body(), content_type=_JSON)
+            return web.Response(status=err.status, body=err.body(self.error_style), content_type=_JSON)
+        if item.status is TerminalStatus.FAILED:
+            return web.Response(status=_FAILED.status, body=_FAILED.body(self.error_style), content_type=_JSON)
         choice = Choice(0, generated_text(n), _FINISH[item.status])
         body = response(req.endpoint, rid, self.config.created, req.model, [choice],
                         Usage(req.prompt_tokens, n), None)
@@ -141,10 +157,12 @@ class Responder:
             choice = Choice(0, TOKEN_TEXT, reason)
             await out.write(chat_chunk(rid, created, model, choice, usage=usage) if chat
                             else completion_chunk(rid, created, model, choice, usage))
-        self._finished(item, start)
+        self._finished(stream.request_id, req, item, start)
         if item.status is TerminalStatus.REJECTED:
             err = serving_error("The prompt needs more KV cache blocks than a worker has.", "prompt")
-            await out.write(err.stream_chunk())
+            await out.write(err.stream_chunk(self.error_style))
+        elif item.status is TerminalStatus.FAILED:
+            await out.write(_FAILED.stream_chunk(self.error_style))
         elif item.status is not TerminalStatus.COMPLETED:
             choice = Choice(0, "", _FINISH[item.status])
             await out.write(chat_chunk(rid, created, model, choice) if chat
@@ -164,9 +182,13 @@ class Responder:
         else:
             m.next_token(max(t_ms - last, 0.0) / 1000.0)
 
-    def _finished(self, end: End, start: float) -> None:
-        if self.metrics is not None:
-            self.metrics.request_finished(_FINISH[end.status].value, max(end.t_ms - start, 0.0) / 1000.0)
+    def _finished(self, request_id: int, req: GenerationRequest, end: End, start: float) -> None:
+        m = self.metrics
+        if m is not None:
+            m.request_finished(_FINISH[end.status].value, max(end.t_ms - start, 0.0) / 1000.0)
+            if end.status is TerminalStatus.COMPLETED:
+                reused = min(self.cluster.cluster.reused_tokens(request_id), req.prompt_tokens)
+                m.prefix_cache_lookup(req.prompt_tokens, reused)
 
 
 def one_prompt(req: GenerationRequest) -> tuple[int, ...]:
@@ -182,8 +204,8 @@ def refused(exc: LiveError) -> ApiError:
     return ApiError(kind, str(exc))
 
 
-def error_response(err: ApiError) -> web.Response:
-    return web.Response(status=err.status, body=err.body(), content_type=_JSON)
+def error_response(err: ApiError, style: ErrorStyle = ErrorStyle.VLLM) -> web.Response:
+    return web.Response(status=err.status, body=err.body(style), content_type=_JSON)
 
 
 class _Front:

@@ -16,12 +16,16 @@ from aiohttp.http_exceptions import BadHttpMessage
 
 from dmocker._atomic import AtomicFile, write_atomic
 from dmocker.handoff import HandoffOrder, order_for_engine
+from dmocker.conformance import Violation
 from dmocker.replay.config import ClusterMode, ReplayConfig
+from dmocker.replay.end_of_run import prepare
+from dmocker.replay.invariants import InvariantBreak
 from dmocker.replay.live import LiveCluster
 from dmocker.replay.report import JsonValue, stable_json
 
 from .app import FrontConfig, Responder, build_app
 from .cluster import ServeCluster, Sinks
+from .live_check import LiveCheck
 from .metrics import MissingServeExtra, WorkerMetrics
 from .openai_api import ServedModel
 from .workers import SglangWorkers, VllmWorkers
@@ -75,6 +79,13 @@ class ServeOptions:
         if not kv_abort_timeout_s > 0:
             raise ValueError(f"--kv-abort-timeout-s must be > 0, got {kv_abort_timeout_s}")
         n_p, n_d = config.cluster.prefill_workers, config.cluster.decode_workers
+        faults = config.faults
+        if faults is not None and faults.crashes and chosen is Front.WORKERS:
+            raise ValueError("--worker-crash: with --front workers the proxy in front chooses the workers; "
+                             "crash workers behind dmocker's own front")
+        # the fault plan and a user's coordinator, checked as the replay checks them
+        prepare(faults, config.coordinator, prefill_args=config.engine_args()[0], decode_args=config.engine_args()[1],
+                prefill_workers=n_p, decode_workers=n_d, num_requests=capacity)
         # the workers, and with SGLang's order each prefill worker's bootstrap server
         sglang = order_for_engine(config.engine) is HandoffOrder.DESTINATION_FIRST
         ports = (n_p + n_d + (n_p if sglang else 0)) if chosen is Front.WORKERS else 1
@@ -117,13 +128,23 @@ async def serve(options: ServeOptions, stop: asyncio.Event, *, started: Callable
         metrics = None
 
     workers_front = options.front is Front.WORKERS
+    log = logging.getLogger("dmocker.serve")
+
+    def violated(v: Violation) -> None:
+        if metrics is not None:
+            metrics.handoff_violation(v.kind.value)
+        log.warning("request %s broke the spec (%s) at %.3f ms: %s", v.handoff, v.kind.value, v.t_ms, v.message)
+
+    # Every handoff is checked as it runs; the log goes on to --events when asked for.
+    check = LiveCheck(order_for_engine(options.config.engine),
+                      forward=events_w.write if events_w is not None else None, report=violated)
 
     def make(sinks: Sinks) -> LiveCluster:
         return LiveCluster(options.config, capacity=options.capacity, on_tokens=sinks.on_tokens,
                            on_end=sinks.on_end, on_held=sinks.on_held, pinned=workers_front,
                            abort_timeout_ms=options.kv_abort_timeout_s * 1000.0 if workers_front else None,
                            records=cast(IO[str], _WriterIO(records_w)) if records_w is not None else None,
-                           events=cast(IO[str], _WriterIO(events_w)) if events_w is not None else None)
+                           events=cast(IO[str], check))
 
     runners: list[web.AppRunner] = []
     workers: VllmWorkers | SglangWorkers | None = None
@@ -197,6 +218,14 @@ async def serve(options: ServeOptions, stop: asyncio.Event, *, started: Callable
         if w is not None:
             w.commit()
     summary = live.finish(options.events)
+    summary["live_check"] = check.summary()
+    if not check.ok:
+        breaks = summary.get("invariant_breaks")
+        if isinstance(breaks, list):
+            ids = sorted({v.handoff for v in check.listed if isinstance(v.handoff, int)})
+            breaks.append(InvariantBreak("conforms_to_spec", f"{sum(check.by_rule.values())} handoff(s) broke the "
+                                         "spec as they ran", tuple(ids[:10])).to_json())
+        summary["invariants_ok"] = False
     if options.out is not None:
         report: dict[str, JsonValue] = {"summary": summary, "config": options.config.to_json(outputs=False)}
         write_atomic(options.out, stable_json(report))

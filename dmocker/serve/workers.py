@@ -41,6 +41,7 @@ from .openai_api import (
     ApiError,
     Choice,
     Endpoint,
+    ErrorStyle,
     FinishReason,
     GenerationRequest,
     JsonObject,
@@ -235,6 +236,8 @@ class SglangWorkers:
     """
 
     def __init__(self, responder: Responder) -> None:
+        # SGLang's server writes the flat error body (python/sglang/srt/entrypoints/openai/protocol.py)
+        responder.error_style = ErrorStyle.FLAT
         self.responder = responder
         self.cluster = responder.cluster
         self.rooms: dict[int, RequestStream] = {}
@@ -299,13 +302,14 @@ class SglangWorkers:
                 raise serving_error(f"bootstrap room {boot.room} has a {role} leg already, or has ended",
                                     "bootstrap_room")
         except ApiError as err:
-            return error_response(err)
+            return error_response(err, self.responder.error_style)
         if not prefill:
             return await self.responder.answer(request, req, stream, req.max_tokens)
         try:
             await stream.held
         except LookupError:
-            return error_response(serving_error("the request ended before its prefill finished"))
+            return error_response(serving_error("the request ended before its prefill finished"),
+                                  self.responder.error_style)
         except (asyncio.CancelledError, ConnectionResetError):
             self.cluster.cancel(stream)
             raise

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from dmocker.replay import ReplayConfig, run_pass_by_pass
 from dmocker.replay.collector import TerminalStatus
+from dmocker.replay.errors import DeadEndError
 from dmocker.replay.live import LiveCluster, LiveError
 from dmocker.replay.report import JsonValue
 from dmocker.replay.workload import SyntheticSpec, SyntheticWorkload
@@ -50,8 +51,12 @@ def _drive(config: ReplayConfig, spec: SyntheticSpec) -> tuple[str, str, dict[st
     while (due := cluster.next_due_ms()) is not None:
         cluster.advance(due)
     assert cluster.in_flight == 0
-    assert len(ended) == spec.requests and all(s is TerminalStatus.COMPLETED for s in ended.values())
-    return records.getvalue(), events.getvalue(), cluster.summary(), tokens
+    assert len(ended) == spec.requests
+    summary = cluster.finish()
+    for line in records.getvalue().splitlines():  # each end reported as its record has it
+        rec = json.loads(line)
+        assert ended[rec["request_id"]].label == rec["terminal_status"]
+    return records.getvalue(), events.getvalue(), summary, tokens
 
 
 def _replay(config: ReplayConfig, tmp_path: Path) -> tuple[str, str, dict[str, JsonValue]]:
@@ -61,8 +66,8 @@ def _replay(config: ReplayConfig, tmp_path: Path) -> tuple[str, str, dict[str, J
 
 
 def _same(config: ReplayConfig, spec: SyntheticSpec, tmp_path: Path) -> None:
-    records, events, summary, tokens = _drive(config, spec)
     want_records, want_events, want_summary = _replay(config, tmp_path)
+    records, events, summary, tokens = _drive(config, spec)
     assert records == want_records
     assert events.splitlines()[1:] == want_events.splitlines()[1:]  # (the header line is the replay's to write)
     for key, value in summary.items():
@@ -85,6 +90,23 @@ def test_driven_from_outside_it_is_the_replay(engine: str, tmp_path: Path) -> No
     _same(config, spec, tmp_path)
 
 
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_faults_and_crashes_land_live_as_in_the_replay(engine: str, tmp_path: Path) -> None:
+    """The configuration's fault plan applies to a live cluster as to the replay: the same
+    requests canceled, failed and timed out at the same steps, the same worker crash."""
+    spec = SyntheticSpec(requests=60, rate=30.0, isl_mean=600, osl_mean=40, seed=2)
+    config = ReplayConfig.from_values({"synthetic": 60, "rate": 30.0, "isl_mean": 600, "osl_mean": 40, "seed": 2,
+                                       "engine": engine, "fault_cancel_rate": 0.1, "fault_fail_rate": 0.1,
+                                       "fault_timeout_rate": 0.05, "fault_seed": 4,
+                                       "worker_crash": ["decode:1@700"], "worker_restart_s": 0.5})
+    _same(config, spec, tmp_path)
+    records, _, summary, _ = _drive(config, spec)
+    injected = summary["faults_injected"]
+    assert isinstance(injected, dict) and injected["worker_crash"] == 1 and injected["fail"]
+    assert summary["leaked_kv_blocks"] == 0 and summary["invariants_ok"] is True
+    assert {json.loads(line)["terminal_status"] for line in records.splitlines()} >= {"completed", "failed", "canceled"}
+
+
 @pytest.mark.slow  # quick twin: test_driven_from_outside_it_is_the_replay
 @settings(max_examples=20, deadline=None)
 @given(engine=st.sampled_from(["vllm", "sglang"]), n=st.integers(1, 25), rate=st.floats(1.0, 400.0),
@@ -101,7 +123,7 @@ def test_any_workload_driven_from_outside_is_the_replay(tmp_path_factory: pytest
         _same(config, spec, tmp_path_factory.mktemp("live"))
     except AssertionError:
         raise
-    except ValueError:  # a prompt the pool can never hold: refused alike
+    except (ValueError, DeadEndError):  # the replay refuses the workload, or it dead-ends (a live cluster would wait)
         return
 
 

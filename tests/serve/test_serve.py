@@ -161,3 +161,79 @@ def test_what_a_client_measures_is_what_the_cluster_records(tmp_path: Path) -> N
     gaps = sorted(c - r["ttft_ms"] for c, r in zip(client_ttft, records))
     assert all(g > -1.0 for g in gaps), gaps  # a client never sees a token before the cluster makes it
     assert gaps[len(gaps) // 2] < 25.0, gaps  # and sees it within the loop's scheduling delay
+
+
+async def _faulty_traffic(url: str) -> dict[str, int]:
+    """Requests into a cluster with faults: each ends as the real server ends it."""
+    seen = {"ok": 0, "error": 0, "abort": 0}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as s:
+        async def one(k: int) -> None:
+            body = {"prompt": f"question {k} " * 40, "max_tokens": 20, "stream": k % 2 == 0}
+            async with s.post(url + "/v1/completions", json=body) as resp:
+                raw = await resp.read()
+            if k % 2:  # whole: a failed handoff is vLLM's 500 "Internal server error"
+                if resp.status == 500:
+                    assert orjson.loads(raw) == {"error": {"message": "Internal server error", "type": "InternalServerError",
+                                                           "param": None, "code": 500}}
+                    seen["error"] += 1
+                    return
+                assert resp.status == 200, raw
+                reason = orjson.loads(raw)["choices"][0]["finish_reason"]
+            else:  # streamed: an error event, then [DONE]
+                assert resp.status == 200
+                events = _events(raw)
+                assert events[-1] == b"[DONE]"
+                last = orjson.loads(events[-2])
+                if "error" in last:
+                    assert last["error"]["code"] == 500
+                    seen["error"] += 1
+                    return
+                reason = last["choices"][0]["finish_reason"]
+            seen["ok" if reason == "length" else "abort"] += 1
+
+        await asyncio.gather(*(one(k) for k in range(40)))
+        async with s.get(url + "/metrics") as resp:
+            text = await resp.text()
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    done = {x.labels["finished_reason"]: x.value for x in families["vllm:request_success"].samples
+            if x.name.endswith("_total")}
+    assert done["error"] == seen["error"] and done["length"] == seen["ok"]
+    assert {x.labels["cause"] for x in families["dmocker_leaked_kv_blocks"].samples} == {
+        "no_decode_leg", "client_disconnect", "never_released", "stranded_destination"}
+    assert 0.0 <= families["vllm:kv_cache_usage_perc"].samples[0].value <= 1.0
+    return seen
+
+
+@pytest.mark.slow  # a server with faults, 40 requests
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_faults_apply_live_and_reach_clients_as_real_errors(tmp_path: Path, engine: str) -> None:
+    server = Server(tmp_path, "--engine", engine, "--fault-fail-rate", "0.2", "--fault-cancel-rate", "0.1",
+                    "--fault-timeout-rate", "0.1", "--fault-seed", "7")
+    try:
+        seen = asyncio.run(asyncio.wait_for(_faulty_traffic(server.url), timeout=120))
+    finally:
+        code, output = server.stop()
+    assert code == 0, output
+    summary = server.summary()
+    injected = summary["faults_injected"]
+    assert isinstance(injected, dict) and injected["fail"] and injected["timeout"]
+    assert seen["error"] == summary["failed_requests"] and seen["ok"] == summary["completed_requests"]
+    assert summary["leaked_kv_blocks"] == 0 and summary["invariants_ok"] is True, summary["invariant_breaks"]
+    live = summary["live_check"]
+    assert isinstance(live, dict) and live["violations"] == 0 and live["events_checked"] > 40 * 5
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--worker-crash", "decode:5@100"], "the decode pool has 2 worker(s)"),
+    (["--front", "workers", "--worker-crash", "decode:0@100"], "--worker-crash: with --front workers"),
+    (["--fault-fail-rate", "1.5"], "--fault-fail-rate: field 'faults.fail_rate'"),
+])
+def test_bad_fault_flags_exit_2_and_start_nothing(tmp_path: Path, flags: list[str], says: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "dmocker", "serve", "--port", "0", "--out", str(tmp_path / "s.json"),
+                           *flags], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert says in done.stderr and "listening" not in done.stdout
+    assert not (tmp_path / "s.json").exists()
