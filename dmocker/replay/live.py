@@ -110,6 +110,8 @@ class LiveCluster:
         records: IO[str] | None = None,
         pinned: bool = False,
         abort_timeout_ms: float | None = None,
+        bootstrap_timeout_ms: float | None = None,
+        waiting_timeout_ms: float | None = None,
     ) -> None:
         """``trace_block_size``: tokens per entry of a request's ``hash_ids`` (default: the
         engine's block size, one hash id per KV block).
@@ -119,7 +121,13 @@ class LiveCluster:
         (:meth:`submit`), its decode worker when its decode request comes (:meth:`attach_decode`).
         ``abort_timeout_ms``: a held source whose decode request has not come this long after
         its prefill ended is freed (a ``TimedOut`` fact), as vLLM's prefill frees it after
-        ``VLLM_NIXL_ABORT_REQUEST_TIMEOUT``."""
+        ``VLLM_NIXL_ABORT_REQUEST_TIMEOUT``.
+
+        ``bootstrap_timeout_ms`` / ``waiting_timeout_ms`` (a pinned cluster, legs that come
+        apart): a request whose prefill request came and whose decode request has not come
+        this long after it, or the other way round, is timed out (a ``TimedOut`` fact), as
+        SGLang's prefill side gives up on a bootstrap and its decode side on the KV it waits for
+        (``SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT``, ``SGLANG_DISAGGREGATION_WAITING_TIMEOUT``)."""
         if config.cluster.mode is not ClusterMode.DISAGG:
             raise LiveError("a live cluster is disaggregated (cluster.mode = disagg)")
         if config.planner.policy is not None:
@@ -133,6 +141,8 @@ class LiveCluster:
         self._on_end = on_end
         self._on_held = on_held
         self._abort_ms = abort_timeout_ms
+        self._bootstrap_ms = bootstrap_timeout_ms
+        self._waiting_ms = waiting_timeout_ms
         self._pins: tuple[PinnedRouter, PinnedRouter] | None = None
         routers: tuple[Router, ...]
         if pinned:
@@ -226,6 +236,8 @@ class LiveCluster:
         if request_id not in self._known or request_id in self._prefill_attached:
             return False
         self._prefill_attached.add(request_id)
+        if self._bootstrap_ms is not None and request_id not in self._attached:
+            self.runtime.control.at(now_ms + self._bootstrap_ms, self._pair_timer(request_id))
         routing = self.runtime.routing
 
         def land() -> None:
@@ -255,6 +267,8 @@ class LiveCluster:
                                           or output_length < 1):
             raise LiveError(f"output_length must be a positive integer, got {output_length!r}")
         self._attached.add(request_id)
+        if self._waiting_ms is not None and request_id not in self._prefill_attached:
+            self.runtime.control.at(now_ms + self._waiting_ms, self._pair_timer(request_id))
         routing = self.runtime.routing
         live = self.runtime.table.live
 
@@ -386,6 +400,15 @@ class LiveCluster:
         """The abort timeout of a held source: freed unless its decode request came."""
         def fire() -> None:
             if request_id in self.runtime.table.live and request_id not in self._attached:
+                self.runtime.control.deliver(request_id, TimedOut)
+
+        return fire
+
+    def _pair_timer(self, request_id: int) -> Callable[[], None]:
+        """A leg's wait for its partner (SGLang's bootstrap or waiting timeout): timed out unless both came."""
+        def fire() -> None:
+            if (request_id in self.runtime.table.live
+                    and not (request_id in self._attached and request_id in self._prefill_attached)):
                 self.runtime.control.deliver(request_id, TimedOut)
 
         return fire

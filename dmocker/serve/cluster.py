@@ -18,7 +18,7 @@ from dmocker.engines.hashing import block_hashes_from_tokens
 from dmocker.replay.collector import TerminalStatus
 from dmocker.replay.live import LiveCluster
 
-__all__ = ["End", "RequestStream", "ServeCluster", "Sinks", "prompt_hash_ids"]
+__all__ = ["End", "RequestEnded", "RequestStream", "ServeCluster", "Sinks", "prompt_hash_ids"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +27,14 @@ class End:
 
     status: TerminalStatus
     t_ms: float
+
+
+class RequestEnded(LookupError):
+    """What a wait for a request's held KV raises when the request ended first."""
+
+    def __init__(self, request_id: int, end: End) -> None:
+        super().__init__(f"request {request_id} ended {end.status.label} before its KV was held")
+        self.end = end
 
 
 class RequestStream:
@@ -148,7 +156,7 @@ class ServeCluster:
             stream.ended = True
             stream.queue.put_nowait(End(status, t_ms))
             if not stream.held.done():
-                stream.held.set_exception(LookupError(f"request {rid} ended {status.label} before its KV was held"))
+                stream.held.set_exception(RequestEnded(rid, End(status, t_ms)))
                 stream.held.exception()  # (retrieved: a request nobody waits on logs nothing)
         for listener in self.end_listeners:
             listener(rid)

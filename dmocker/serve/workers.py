@@ -35,12 +35,13 @@ from dmocker.replay.collector import TerminalStatus
 from dmocker.replay.live import LiveError
 
 from .app import Responder, add_common_routes, error_response, one_prompt, refused
-from .cluster import End, RequestStream
+from .cluster import End, RequestEnded, RequestStream
 from .openai_api import (
     TOKEN_TEXT,
     ApiError,
     Choice,
     Endpoint,
+    ErrorKind,
     ErrorStyle,
     FinishReason,
     GenerationRequest,
@@ -198,6 +199,8 @@ def _decode_leg(req: GenerationRequest) -> tuple[int, str, int]:
 def _ended(end: End) -> ApiError:
     if end.status is TerminalStatus.REJECTED:
         return serving_error("The prompt needs more KV cache blocks than a worker has.", "prompt")
+    if end.status is TerminalStatus.FAILED:  # a failed or timed-out handoff: the server's error, a 500
+        return ApiError(ErrorKind.INTERNAL, "Internal server error")
     return serving_error(f"the request ended ({end.status.label}) before its prefill finished")
 
 
@@ -307,9 +310,9 @@ class SglangWorkers:
             return await self.responder.answer(request, req, stream, req.max_tokens)
         try:
             await stream.held
-        except LookupError:
-            return error_response(serving_error("the request ended before its prefill finished"),
-                                  self.responder.error_style)
+        except RequestEnded as ended:  # first: timed out waiting for its decode leg, rejected, canceled
+            # (the End itself stays on the stream: the decode leg reads it)
+            return error_response(_ended(ended.end), self.responder.error_style)
         except (asyncio.CancelledError, ConnectionResetError):
             self.cluster.cancel(stream)
             raise

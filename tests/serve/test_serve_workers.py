@@ -242,3 +242,51 @@ def test_sglang_legs_meet_by_their_room_in_either_order(tmp_path: Path) -> None:
     assert code == 0, output
     summary = server.summary()
     assert summary["invariants_ok"] is True and summary["completed_requests"] == 1
+
+
+async def _lonely_legs(where: str) -> None:
+    """A decode leg whose prefill leg never comes, and a prefill leg whose decode leg never comes."""
+    prefill, rest = where.split("; decode workers ")
+    decode, boot = rest.split("; bootstrap ports ")
+    p_url, d_url, b_port = prefill.removeprefix("prefill workers ").split()[0], decode.split()[0], int(boot.split()[0])
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as s:
+        def body(room: int) -> dict[str, Any]:
+            return {"prompt": "lonely " * 40, "max_tokens": 4, "bootstrap_host": "127.0.0.1", "bootstrap_port": b_port,
+                    "bootstrap_room": room}
+
+        async def leg(url: str, room: int) -> tuple[int, Any]:
+            async with s.post(url + "/v1/completions", json=body(room)) as r:
+                return r.status, await r.json()
+
+        async def stranded_while_waiting() -> float:
+            await asyncio.sleep(0.4)  # the decode leg has reserved and waits for its KV
+            async with s.get(d_url + "/metrics") as r:
+                text = await r.text()
+            from prometheus_client.parser import text_string_to_metric_families
+
+            fam = {f.name: f for f in text_string_to_metric_families(text)}["dmocker_leaked_kv_blocks"]
+            return next(x.value for x in fam.samples if x.labels["cause"] == "stranded_destination")
+
+        (d_status, d_out), (p_status, p_out), stranded = await asyncio.gather(
+            leg(d_url, 1001), leg(p_url, 1002), stranded_while_waiting())
+        # SGLang ends a transfer that timed out with a 500, in its flat error body
+        assert (d_status, p_status) == (500, 500)
+        assert d_out["object"] == "error" and d_out["code"] == 500 and p_out["code"] == 500
+        assert stranded > 0
+        # and keeps serving: a pair that meets
+        (d_status, _), (p_status, _) = await asyncio.gather(leg(d_url, 1003), leg(p_url, 1003))
+        assert (d_status, p_status) == (200, 200)
+
+
+@pytest.mark.slow  # starts servers, waits for two timeouts
+def test_sglang_legs_whose_partner_never_comes_time_out(tmp_path: Path) -> None:
+    server = Server(tmp_path, "--front", "workers", "--engine", "sglang", "--prefill-workers", "1",
+                    "--decode-workers", "1", "--bootstrap-timeout-s", "1", "--waiting-timeout-s", "1")
+    try:
+        asyncio.run(asyncio.wait_for(_lonely_legs(server.where), timeout=60))
+    finally:
+        code, output = server.stop()
+    assert code == 0, output
+    summary = server.summary()
+    assert summary["invariants_ok"] is True, summary["invariant_breaks"]
+    assert summary["failed_requests"] == 2 and summary["completed_requests"] == 1 and summary["leaked_kv_blocks"] == 0
