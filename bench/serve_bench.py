@@ -10,8 +10,8 @@ while C clients each send streamed completions one after another (a ~200-token p
 * the server's CPU per streamed token (user + system of its process, ``/proc/<pid>/stat``);
 * lateness: for each request, the time a client saw its first token minus the time the
   cluster's record says it was made (arrival-relative TTFT), median and p90 -- how far behind
-  its own clock the server runs.  A level is *held* when nothing failed and the median
-  lateness stays under 20 ms.
+  its own clock the server runs.  A level is *held* when nothing failed and the lateness
+  stays under 20 ms at the median and 50 ms at p90 (every stream at pace, not most).
 
 Loopback only; every server stops by itself (SIGTERM after each level, ``--stop-after-s`` at
 worst).  Run:
@@ -165,7 +165,7 @@ def main() -> None:
         for clients in args.levels:
             r = level(speedup, clients, args.seconds, args.max_tokens)
             med, p90 = lateness(speedup, clients, args.seconds, args.max_tokens)
-            held = r["errors"] == 0 and med < 20.0
+            held = r["errors"] == 0 and med < 20.0 and p90 < 50.0
             print(f"| {speedup:g} | {clients} | {r['tokens_per_s']:,.0f} | {r['completed']:.0f} | {r['errors']:.0f} | "
                   f"{r['cpu_us_per_token']:.0f} µs | {med:.1f} / {p90:.1f} ms | {'yes' if held else 'no'} |",
                   flush=True)

@@ -331,6 +331,12 @@ class LiveCluster:
     def in_flight(self) -> int:
         return self.runtime.table.in_flight
 
+    def queued(self) -> int:
+        """Requests queued on a worker, not running (waiting for a pass, or destinations accepted
+        and not yet reserved)."""
+        control = self.runtime.control
+        return sum(w.queue_depth() for stage in (0, 1) for w in control.workers(stage) if isinstance(w, WorkerProbes))
+
     def kv_usage(self) -> float:
         """The share of the cluster's KV blocks in use now (every worker of both pools)."""
         control = self.runtime.control

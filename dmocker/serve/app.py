@@ -101,7 +101,8 @@ class Responder:
         if m is None:
             return web.Response(status=404)
         live = self.cluster.cluster
-        m.set_queue(live.in_flight, 0)
+        waiting = min(live.queued(), live.in_flight)
+        m.set_queue(live.in_flight - waiting, waiting)
         m.set_kv_cache_usage(live.kv_usage())
         stranded = live.stranded()
         m.set_leaked_blocks(LeakCause.NO_DECODE_LEG, stranded.no_decode_leg)
