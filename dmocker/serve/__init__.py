@@ -2,9 +2,11 @@
 
 The building blocks that need no clock and no network:
 
-* :mod:`dmocker.serve.openai_api`: the OpenAI-compatible front as pure functions: request
-  bodies parsed and checked the way vLLM's server checks them, errors in vLLM's (or SGLang's)
-  shape, text counted as tokens without a tokenizer, response bodies and SSE chunks built;
+* the OpenAI-compatible front as pure functions: :mod:`dmocker.serve.openai_api` parses and
+  checks request bodies the way vLLM's server checks them and counts text as tokens without a
+  tokenizer; :mod:`dmocker.serve.openai_errors` holds the errors in vLLM's (or SGLang's) shape;
+  :mod:`dmocker.serve.openai_responses` builds response bodies and SSE chunks;
+* :mod:`dmocker.serve.live_check`: every event-log line checked against the spec as it is written;
 * :mod:`dmocker.serve.metrics`: the Prometheus metrics a worker exposes, vLLM's names and
   buckets plus dmocker's handoff metrics, as data, and a registry built from them with
   ``prometheus_client`` (the optional ``serve`` extra).

@@ -23,25 +23,29 @@ from dmocker.replay.live import LiveError
 from .cluster import End, RequestStream, ServeCluster
 from .metrics import LeakCause, WorkerMetrics
 from .openai_api import (
-    DONE,
-    TOKEN_TEXT,
-    ApiError,
-    Choice,
     Endpoint,
-    ErrorKind,
-    ErrorStyle,
-    FinishReason,
     GenerationRequest,
     ServedModel,
+    parse,
+)
+from .openai_errors import (
+    ApiError,
+    ErrorKind,
+    ErrorStyle,
+    serving_error,
+)
+from .openai_responses import (
+    DONE,
+    TOKEN_TEXT,
+    Choice,
+    FinishReason,
     Usage,
     chat_chunk,
     completion_chunk,
     generated_text,
     models_response,
-    parse,
     response,
     response_id,
-    serving_error,
     usage_chunk,
 )
 

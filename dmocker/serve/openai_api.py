@@ -19,29 +19,11 @@ What it does, and whose behaviour it copies (``vllm-project/vllm`` unless said o
   parsed request lists them (:attr:`GenerationRequest.ignored_fields`) for the server to log.
   Sampling fields the mock has no use for (``temperature``, ``top_p``, ``stop``, …) are known
   fields: accepted, not checked, and not listed.
-* **Errors** (:class:`ApiError`) as vLLM's server returns them. The body is
-  ``{"error": {"message", "type", "param", "code"}}`` with ``code`` the HTTP status
-  (``ErrorResponse``/``ErrorInfo`` in ``vllm/entrypoints/openai/engine/protocol.py``; built by
-  ``create_error_response`` in ``vllm/entrypoints/serve/exception_handling/error_response.py``).
-  Two kinds of 400 differ in ``type``: a body that fails the request model (a wrong type, a
-  model validator such as ``stream_options`` without ``stream``) goes through FastAPI's
-  ``RequestValidationError`` handler (``vllm/entrypoints/serve/exception_handling/handlers/
-  validation.py``), whose ``type`` is ``"Bad Request"`` and whose message starts ``"1
-  validation error:"``; an error found while serving (context too long, ``max_tokens`` < 1)
-  has ``type`` ``"BadRequestError"``. An unknown model is 404 ``"NotFoundError"`` with
-  ``param`` ``"model"``. Older vLLM releases, and SGLang today (``ErrorResponse`` in
-  ``python/sglang/srt/entrypoints/openai/protocol.py``), send the flat shape ``{"object":
-  "error", "message", "type", "param", "code"}``: :class:`ErrorStyle` picks one. SGLang's
-  validation errors are ``"Bad Request"`` too, with no ``param``
-  (``python/sglang/srt/entrypoints/http_server.py``).
+* **Errors** as vLLM and SGLang answer them: :mod:`dmocker.serve.openai_errors`.
 * **Counting text as tokens** without a tokenizer (:func:`text_token_ids`): one token per four
   bytes of UTF-8, the last group shorter (``ceil(len(utf8) / 4)`` tokens). Chat messages are
   rendered to one text first (:func:`render_chat`). docs/serve.md says why this rule.
-* **Building responses**: non-streaming completion and chat objects with ``usage``, streamed
-  chunks framed as Server-Sent Events (``data: {...}\\n\\n``, then ``data: [DONE]\\n\\n``), the
-  final usage chunk when ``stream_options.include_usage``. Ids are ``cmpl-<n>`` /
-  ``chatcmpl-<n>`` from a number the caller gives, and ``created`` is passed in: the same
-  arguments give the same bytes.
+* **Responses** (bodies, streamed chunks): :mod:`dmocker.serve.openai_responses`.
 """
 
 from __future__ import annotations
@@ -50,129 +32,24 @@ import enum
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, TypeAlias
+from typing import Final
 
 import numpy as np
 import orjson
 
-JsonValue: TypeAlias = "None | bool | int | float | str | list[JsonValue] | dict[str, JsonValue]"
-JsonObject: TypeAlias = "dict[str, JsonValue]"
+from .openai_errors import (
+    ApiError,
+    ErrorKind,
+    JsonObject,
+    JsonValue,
+    serving_error,
+    validation_error,
+    validator_error,
+)
 
-#: The bytes that end every stream.
-DONE: Final = b"data: [DONE]\n\n"
-#: The text of every generated token: four bytes, so one token under :func:`text_token_ids`,
-#: and one token in the common BPE vocabularies, so clients that count output tokens with a
-#: real tokenizer count what the mock generated.
-TOKEN_TEXT: Final = " the"
 #: vLLM's ``CompletionRequest.max_tokens`` default.
 DEFAULT_COMPLETION_MAX_TOKENS: Final = 16
 BYTES_PER_TOKEN: Final = 4
-
-
-# -- errors -----------------------------------------------------------------------------------
-
-class ErrorKind(enum.Enum):
-    """What went wrong, as vLLM's server classifies it: the ``type`` string and the status."""
-
-    #: the body does not fit the request model (FastAPI's ``RequestValidationError``)
-    VALIDATION = ("Bad Request", 400)
-    #: found while serving the request (``VLLMValidationError``, ``ValueError``)
-    BAD_REQUEST = ("BadRequestError", 400)
-    NOT_FOUND = ("NotFoundError", 404)
-    INTERNAL = ("InternalServerError", 500)
-    #: the server cannot take the request now (dmocker serve: its request capacity is used up)
-    SERVICE_UNAVAILABLE = ("ServiceUnavailableError", 503)
-
-    @property
-    def type_name(self) -> str:
-        return self.value[0]
-
-    @property
-    def status(self) -> int:
-        return self.value[1]
-
-
-class ErrorStyle(enum.Enum):
-    """The shape of an error body."""
-
-    #: ``{"error": {"message", "type", "param", "code"}}``: vLLM now
-    VLLM = "vllm"
-    #: ``{"object": "error", "message", "type", "param", "code"}``: SGLang, and vLLM before ``ErrorInfo``
-    FLAT = "flat"
-
-
-class ApiError(Exception):
-    """A request the server refuses: HTTP status, ``type``, message and the offending parameter."""
-
-    def __init__(self, kind: ErrorKind, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
-        self.param = param
-
-    @property
-    def status(self) -> int:
-        return self.kind.status
-
-    def to_json(self, style: ErrorStyle = ErrorStyle.VLLM) -> JsonObject:
-        if style is ErrorStyle.FLAT:
-            # SGLang's RequestValidationError handler names no parameter
-            # (python/sglang/srt/entrypoints/http_server.py)
-            param = None if self.kind is ErrorKind.VALIDATION else self.param
-            return {"object": "error", "message": self.message, "type": self.kind.type_name, "param": param,
-                    "code": self.kind.status}
-        return {"error": {"message": self.message, "type": self.kind.type_name, "param": self.param,
-                          "code": self.kind.status}}
-
-    def body(self, style: ErrorStyle = ErrorStyle.VLLM) -> bytes:
-        """The response body (JSON) of this error."""
-        return orjson.dumps(self.to_json(style))
-
-    def stream_chunk(self, style: ErrorStyle = ErrorStyle.VLLM) -> bytes:
-        """The error as one SSE event, for a stream that fails after it started (vLLM then sends ``[DONE]``)."""
-        return sse(self.to_json(style))
-
-
-def validation_error(kind: str, loc: Sequence[str | int], msg: str, value: JsonValue = None,
-                     param: str | None = None) -> ApiError:
-    """A 400 as vLLM's ``RequestValidationError`` handler words one pydantic error.
-
-    ``loc`` is the error's location under ``body``; ``param`` is the dotted location unless a
-    model validator named its parameter. The message is ``"1 validation error:\\n  {...}"``
-    with the error's ``type``, ``loc``, ``msg`` and a short ``input``, as the handler formats it;
-    pydantic's own wording of union errors (one line per branch) is not reproduced.
-    """
-    dotted = ".".join(["body", *(str(p) for p in loc)])
-    error: dict[str, object] = {"type": kind, "loc": dotted, "msg": msg, "input": _short_input(value)}
-    return ApiError(ErrorKind.VALIDATION, f"1 validation error:\n  {error!r}", param if param is not None else dotted)
-
-
-def _short_input(value: JsonValue) -> object:
-    """The handler's stand-in for a large input: containers by size, long strings cut."""
-    if isinstance(value, str):
-        return value if len(value) <= 200 else value[:200] + "...[truncated]"
-    if isinstance(value, (list, dict)):
-        return f"<{type(value).__name__} of {len(value)} items>"
-    return value
-
-
-def validator_error(message: str, param: str, value: JsonValue) -> ApiError:
-    """A 400 raised by one of vLLM's model validators (a ``VLLMValidationError`` inside pydantic).
-
-    Pydantic wraps it as a ``value_error`` on the whole body, and the handler takes ``param``
-    from the exception; ``str()`` of the exception ends ``(parameter=...)``.
-    """
-    return validation_error("value_error", [], f"Value error, {message} (parameter={param})", value, param=param)
-
-
-def serving_error(message: str, param: str | None = None, value: int | None = None) -> ApiError:
-    """A 400 found while serving; with ``param`` it is a ``VLLMValidationError``, whose text names it."""
-    extras = []
-    if param is not None:
-        extras.append(f"parameter={param}")
-    if value is not None:
-        extras.append(f"value={value}")
-    return ApiError(ErrorKind.BAD_REQUEST, f"{message} ({', '.join(extras)})" if extras else message, param)
 
 
 # -- counting text as tokens -------------------------------------------------------------------
@@ -597,173 +474,3 @@ def parse_chat(body: bytes | JsonObject, served: ServedModel) -> GenerationReque
 
 def parse(endpoint: Endpoint, body: bytes | JsonObject, served: ServedModel) -> GenerationRequest:
     return parse_completion(body, served) if endpoint is Endpoint.COMPLETIONS else parse_chat(body, served)
-
-
-# -- responses ---------------------------------------------------------------------------------
-
-class FinishReason(enum.Enum):
-    """``finish_reason`` of a choice (vLLM's ``FINISH_REASON_STRINGS``, ``vllm/v1/engine/__init__.py``)."""
-
-    STOP = "stop"
-    LENGTH = "length"
-    ABORT = "abort"
-    ERROR = "error"
-
-
-@dataclass(frozen=True)
-class Usage:
-    """``usage`` of a response; ``cached_tokens`` (prefix-cache hits) is reported when not None."""
-
-    prompt_tokens: int
-    completion_tokens: int
-    cached_tokens: int | None = None
-
-    @property
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-    def to_json(self) -> JsonObject:
-        # the field order of vLLM's UsageInfo
-        details: JsonValue = None if self.cached_tokens is None else {"cached_tokens": self.cached_tokens}
-        return {"prompt_tokens": self.prompt_tokens, "total_tokens": self.total_tokens,
-                "completion_tokens": self.completion_tokens, "prompt_tokens_details": details}
-
-
-@dataclass(frozen=True)
-class Choice:
-    """One choice of a response, or its delta in a streamed chunk."""
-
-    index: int
-    text: str
-    finish_reason: FinishReason | None = None
-
-
-def response_id(endpoint: Endpoint, number: int) -> str:
-    """``cmpl-<n>`` or ``chatcmpl-<n>``: vLLM's prefixes, with the caller's counter instead of a random id."""
-    return f"{'cmpl' if endpoint is Endpoint.COMPLETIONS else 'chatcmpl'}-{number}"
-
-
-def generated_text(num_tokens: int) -> str:
-    """The text of ``num_tokens`` generated tokens."""
-    return TOKEN_TEXT * num_tokens
-
-
-def sse(payload: JsonObject) -> bytes:
-    """One Server-Sent Event: ``data: <json>`` and a blank line."""
-    return b"data: " + orjson.dumps(payload) + b"\n\n"
-
-
-def _finish(reason: FinishReason | None) -> JsonValue:
-    return None if reason is None else reason.value
-
-
-def completion_response(rid: str, created: int, model: str, choices: Sequence[Choice], usage: Usage,
-                        kv_transfer_params: JsonObject | None = None) -> bytes:
-    """A non-streaming ``text_completion`` body (vLLM's ``CompletionResponse``)."""
-    body: JsonObject = {
-        "id": rid, "object": "text_completion", "created": created, "model": model,
-        "choices": [{"index": c.index, "text": c.text, "logprobs": None, "finish_reason": _finish(c.finish_reason),
-                     "stop_reason": None, "prompt_logprobs": None} for c in choices],
-        "usage": usage.to_json(), "kv_transfer_params": kv_transfer_params,
-    }
-    return orjson.dumps(body)
-
-
-def chat_response(rid: str, created: int, model: str, choices: Sequence[Choice], usage: Usage,
-                  kv_transfer_params: JsonObject | None = None) -> bytes:
-    """A non-streaming ``chat.completion`` body (vLLM's ``ChatCompletionResponse``)."""
-    body: JsonObject = {
-        "id": rid, "object": "chat.completion", "created": created, "model": model,
-        "choices": [{"index": c.index, "message": {"role": "assistant", "content": c.text, "tool_calls": []},
-                     "logprobs": None, "finish_reason": _finish(c.finish_reason), "stop_reason": None}
-                    for c in choices],
-        "usage": usage.to_json(), "prompt_logprobs": None, "kv_transfer_params": kv_transfer_params,
-    }
-    return orjson.dumps(body)
-
-
-def response(endpoint: Endpoint, rid: str, created: int, model: str, choices: Sequence[Choice], usage: Usage,
-             kv_transfer_params: JsonObject | None = None) -> bytes:
-    build = completion_response if endpoint is Endpoint.COMPLETIONS else chat_response
-    return build(rid, created, model, choices, usage, kv_transfer_params)
-
-
-def completion_chunk(rid: str, created: int, model: str, choice: Choice, usage: Usage | None = None) -> bytes:
-    """One streamed ``text_completion`` chunk, SSE-framed; ``usage`` only with continuous usage stats.
-
-    vLLM writes chunks with ``exclude_unset``: the fields it sets, nulls included, and no
-    ``usage`` key unless it set one (``vllm/entrypoints/openai/completion/serving.py``)."""
-    payload: JsonObject = {"id": rid, "object": "text_completion", "created": created, "model": model,
-                           "choices": [{"index": choice.index, "text": choice.text, "logprobs": None,
-                                        "finish_reason": _finish(choice.finish_reason), "stop_reason": None}]}
-    if usage is not None:
-        payload["usage"] = usage.to_json()
-    return sse(payload)
-
-
-def chat_chunk(rid: str, created: int, model: str, choice: Choice, first: bool = False,
-               usage: Usage | None = None) -> bytes:
-    """One streamed ``chat.completion.chunk``, SSE-framed. The first chunk of a choice carries
-    the role (vLLM sends ``{"role": "assistant", "content": ""}`` before any token)."""
-    delta: JsonObject = {"role": "assistant", "content": choice.text} if first else {"content": choice.text}
-    payload: JsonObject = {"id": rid, "object": "chat.completion.chunk", "created": created, "model": model,
-                           "choices": [{"index": choice.index, "delta": delta, "logprobs": None,
-                                        "finish_reason": _finish(choice.finish_reason)}]}
-    if usage is not None:
-        payload["usage"] = usage.to_json()
-    return sse(payload)
-
-
-def usage_chunk(endpoint: Endpoint, rid: str, created: int, model: str, usage: Usage) -> bytes:
-    """The last chunk before ``[DONE]`` when ``include_usage``: no choices, the request's usage.
-
-    vLLM writes this chunk without its null fields (``exclude_none``), so ``prompt_tokens_details``
-    is there only when cached tokens are reported."""
-    kind = "text_completion" if endpoint is Endpoint.COMPLETIONS else "chat.completion.chunk"
-    counts: JsonObject = {k: v for k, v in usage.to_json().items() if v is not None}
-    return sse({"id": rid, "object": kind, "created": created, "model": model, "choices": [], "usage": counts})
-
-
-def models_response(served: ServedModel, created: int) -> bytes:
-    """The body of ``GET /v1/models``: vLLM's ``ModelList`` of ``ModelCard``, one per served name
-    (``vllm/entrypoints/openai/engine/protocol.py``), with a counter for the permission ids vLLM draws at random."""
-    cards: list[JsonValue] = []
-    for i, name in enumerate(served.names):
-        permission: JsonObject = {
-            "id": f"modelperm-{i}", "object": "model_permission", "created": created,
-            "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
-            "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False, "organization": "*",
-            "group": None, "is_blocking": False}
-        cards.append({"id": name, "object": "model", "created": created, "owned_by": "vllm", "root": served.names[0],
-                      "parent": None, "max_model_len": served.max_model_len, "permission": [permission]})
-    return orjson.dumps({"object": "list", "data": cards})
-
-
-def stream_tokens(request: GenerationRequest, rid: str, created: int, num_tokens: int,
-                  finish: FinishReason, cached_tokens: int | None = None) -> list[bytes]:
-    """Every chunk of a finished stream of ``num_tokens`` tokens, in order, ending with ``[DONE]``.
-
-    For a caller that has all the tokens at once (tests, a replay of a stream); a live server
-    sends :func:`completion_chunk`/:func:`chat_chunk` as each token is due.
-    """
-    out: list[bytes] = []
-    chat = request.endpoint is Endpoint.CHAT
-    model = request.model
-    running = 0
-    if chat:
-        out.append(chat_chunk(rid, created, model, Choice(0, ""), first=True))
-    for i in range(num_tokens):
-        running += 1
-        reason = finish if i == num_tokens - 1 else None
-        usage = Usage(request.prompt_tokens, running, cached_tokens) if request.continuous_usage_stats else None
-        choice = Choice(0, TOKEN_TEXT, reason)
-        out.append(chat_chunk(rid, created, model, choice, usage=usage) if chat
-                   else completion_chunk(rid, created, model, choice, usage))
-    if num_tokens == 0:
-        choice = Choice(0, "", finish)
-        out.append(chat_chunk(rid, created, model, choice) if chat else completion_chunk(rid, created, model, choice))
-    if request.include_usage:
-        out.append(usage_chunk(request.endpoint, rid, created, model,
-                               Usage(request.prompt_tokens, num_tokens, cached_tokens)))
-    out.append(DONE)
-    return out

@@ -37,20 +37,24 @@ from dmocker.replay.live import LiveError
 from .app import Responder, add_common_routes, error_response, one_prompt, refused
 from .cluster import End, RequestEnded, RequestStream
 from .openai_api import (
-    TOKEN_TEXT,
-    ApiError,
-    Choice,
     Endpoint,
+    GenerationRequest,
+    parse,
+)
+from .openai_errors import (
+    ApiError,
     ErrorKind,
     ErrorStyle,
-    FinishReason,
-    GenerationRequest,
     JsonObject,
+    serving_error,
+)
+from .openai_responses import (
+    TOKEN_TEXT,
+    Choice,
+    FinishReason,
     Usage,
-    parse,
     response,
     response_id,
-    serving_error,
     stream_tokens,
 )
 

@@ -10,30 +10,34 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dmocker.serve.openai_api import (
-    DONE,
-    TOKEN_TEXT,
-    ApiError,
     Bootstrap,
     ChatMessage,
-    Choice,
     Endpoint,
-    ErrorKind,
-    ErrorStyle,
-    FinishReason,
     ServedModel,
-    Usage,
-    chat_response,
-    completion_response,
     count_text_tokens,
-    generated_text,
-    models_response,
     parse,
     parse_chat,
     parse_completion,
     render_chat,
+    text_token_ids,
+)
+from dmocker.serve.openai_errors import (
+    ApiError,
+    ErrorKind,
+    ErrorStyle,
+)
+from dmocker.serve.openai_responses import (
+    DONE,
+    TOKEN_TEXT,
+    Choice,
+    FinishReason,
+    Usage,
+    chat_response,
+    completion_response,
+    generated_text,
+    models_response,
     response_id,
     stream_tokens,
-    text_token_ids,
 )
 
 SERVED = ServedModel(("mock-model", "alias"), max_model_len=4096)

@@ -17,18 +17,22 @@ import orjson
 import pytest
 
 from dmocker.serve.openai_api import (
-    DONE,
-    ApiError,
-    Choice,
     Endpoint,
-    FinishReason,
     ServedModel,
+    parse,
+    parse_completion,
+)
+from dmocker.serve.openai_errors import (
+    ApiError,
+)
+from dmocker.serve.openai_responses import (
+    DONE,
+    Choice,
+    FinishReason,
     Usage,
     chat_chunk,
     completion_chunk,
     generated_text,
-    parse,
-    parse_completion,
     response,
     response_id,
     stream_tokens,
