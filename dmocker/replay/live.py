@@ -337,6 +337,15 @@ class LiveCluster:
         control = self.runtime.control
         return sum(w.queue_depth() for stage in (0, 1) for w in control.workers(stage) if isinstance(w, WorkerProbes))
 
+    def worker_load(self, stage: int, index: int) -> tuple[int, int, float]:
+        """One worker now (stage 0 prefill, 1 decode): requests registered there and not queued
+        (running, or a source held), requests queued, the share of its KV blocks in use."""
+        w = self.runtime.control.worker(stage, index)
+        if not isinstance(w, WorkerProbes):
+            return 0, 0, 0.0
+        waiting = w.queue_depth()
+        return max(len(w.kv_in_use()[1]) - waiting, 0), waiting, min(max(w.kv_usage(), 0.0), 1.0)
+
     def kv_usage(self) -> float:
         """The share of the cluster's KV blocks in use now (every worker of both pools)."""
         control = self.runtime.control

@@ -83,13 +83,15 @@ class Responder:
         self.error_style = ErrorStyle.VLLM
 
     async def answer(self, request: web.Request, req: GenerationRequest, stream: RequestStream,
-                     max_tokens: int) -> web.StreamResponse:
-        """The response to ``req`` from ``stream``; a client that goes away cancels the request."""
+                     max_tokens: int, metrics: WorkerMetrics | None = None) -> web.StreamResponse:
+        """The response to ``req`` from ``stream``; a client that goes away cancels the request.
+        ``metrics``: the answering worker's own (default: the front's)."""
         rid = response_id(req.endpoint, stream.request_id)
+        m = metrics if metrics is not None else self.metrics
         try:
             if req.stream:
-                return await self._stream(request, req, rid, stream, max_tokens)
-            return await self._whole(req, rid, stream)
+                return await self._stream(request, req, rid, stream, max_tokens, m)
+            return await self._whole(req, rid, stream, m)
         except (asyncio.CancelledError, ConnectionResetError):
             self.cluster.cancel(stream)  # the client went away: its handoff is canceled
             raise
@@ -108,15 +110,48 @@ class Responder:
         waiting = min(live.queued(), live.in_flight)
         m.set_queue(live.in_flight - waiting, waiting)
         m.set_kv_cache_usage(live.kv_usage())
-        stranded = live.stranded()
+        self._set_stranded(m)
+        return web.Response(body=m.exposition(), headers={"Content-Type": "text/plain; version=0.0.4"})
+
+
+    def worker_metrics(self) -> WorkerMetrics | None:
+        """A registry of a worker's own (a worker's server: every vLLM server exposes only its own
+        engine); None without the serve extra."""
+        if self.metrics is None:
+            return None
+        return WorkerMetrics(self.config.served.names[0], engine="0")
+
+    def worker_metrics_page(self, stage: int, index: int, m: WorkerMetrics | None) -> web.Response:
+        """``GET /metrics`` of one worker: its own queue and KV usage, the cluster's stranded KV."""
+        if m is None:
+            return web.Response(status=404)
+        live = self.cluster.cluster
+        running, waiting, usage = live.worker_load(stage, index)
+        m.set_queue(running, waiting)
+        m.set_kv_cache_usage(usage)
+        self._set_stranded(m)
+        return web.Response(body=m.exposition(), headers={"Content-Type": "text/plain; version=0.0.4"})
+
+    def _set_stranded(self, m: WorkerMetrics) -> None:
+        stranded = self.cluster.cluster.stranded()
         m.set_leaked_blocks(LeakCause.NO_DECODE_LEG, stranded.no_decode_leg)
         m.set_leaked_blocks(LeakCause.STRANDED_DESTINATION, stranded.no_prefill_leg)
         m.set_leaked_blocks(LeakCause.CLIENT_DISCONNECT, stranded.after_cancel)
         m.set_leaked_blocks(LeakCause.NEVER_RELEASED, stranded.retired)
-        return web.Response(body=m.exposition(), headers={"Content-Type": "text/plain; version=0.0.4"})
 
+    def prefill_answered(self, m: WorkerMetrics | None, req: GenerationRequest, request_id: int, start_ms: float,
+                         held_ms: float) -> None:
+        """A prefill worker answered its leg (one token, once the source is held): its metrics."""
+        if m is None:
+            return
+        reused = min(self.cluster.cluster.reused_tokens(request_id), req.prompt_tokens)
+        m.prefilled(req.prompt_tokens - reused)
+        m.prefix_cache_lookup(req.prompt_tokens, reused)
+        m.first_token(max(held_ms - start_ms, 0.0) / 1000.0)
+        m.request_finished(FinishReason.LENGTH.value, max(held_ms - start_ms, 0.0) / 1000.0)
 
-    async def _whole(self, req: GenerationRequest, rid: str, stream: RequestStream) -> web.StreamResponse:
+    async def _whole(self, req: GenerationRequest, rid: str, stream: RequestStream,
+                     m: WorkerMetrics | None) -> web.StreamResponse:
         start = self.cluster.now_ms()
         n = 0
         last = start
@@ -124,10 +159,10 @@ class Responder:
             item = await stream.queue.get()
             if isinstance(item, End):
                 break
-            self._token(n, item, start, last)
+            self._token(m, n, item, start, last)
             n += 1
             last = item
-        self._finished(stream.request_id, req, item, start)
+        self._finished(m, stream.request_id, req, item, start)
         if item.status is TerminalStatus.REJECTED:
             err = serving_error("The prompt needs more KV cache blocks than a worker has.", "prompt")
             return web.Response(status=err.status, body=err.body(self.error_style), content_type=_JSON)
@@ -139,7 +174,7 @@ class Responder:
         return web.Response(body=body, content_type=_JSON)
 
     async def _stream(self, request: web.Request, req: GenerationRequest, rid: str,
-                      stream: RequestStream, max_tokens: int) -> web.StreamResponse:
+                      stream: RequestStream, max_tokens: int, m: WorkerMetrics | None) -> web.StreamResponse:
         out = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await out.prepare(request)
         created, model = self.config.created, req.model
@@ -153,7 +188,7 @@ class Responder:
             item = await stream.queue.get()
             if isinstance(item, End):
                 break
-            self._token(n, item, start, last)
+            self._token(m, n, item, start, last)
             n += 1
             last = item
             # the mock has no end-of-sequence token: the last token is the max_tokens-th
@@ -162,7 +197,7 @@ class Responder:
             choice = Choice(0, TOKEN_TEXT, reason)
             await out.write(chat_chunk(rid, created, model, choice, usage=usage) if chat
                             else completion_chunk(rid, created, model, choice, usage))
-        self._finished(stream.request_id, req, item, start)
+        self._finished(m, stream.request_id, req, item, start)
         if item.status is TerminalStatus.REJECTED:
             err = serving_error("The prompt needs more KV cache blocks than a worker has.", "prompt")
             await out.write(err.stream_chunk(self.error_style))
@@ -178,8 +213,8 @@ class Responder:
         await out.write_eof()
         return out
 
-    def _token(self, n: int, t_ms: float, start: float, last: float) -> None:
-        m = self.metrics
+    @staticmethod
+    def _token(m: WorkerMetrics | None, n: int, t_ms: float, start: float, last: float) -> None:
         if m is None:
             return
         if n == 0:
@@ -187,8 +222,8 @@ class Responder:
         else:
             m.next_token(max(t_ms - last, 0.0) / 1000.0)
 
-    def _finished(self, request_id: int, req: GenerationRequest, end: End, start: float) -> None:
-        m = self.metrics
+    def _finished(self, m: WorkerMetrics | None, request_id: int, req: GenerationRequest, end: End,
+                  start: float) -> None:
         if m is not None:
             m.request_finished(_FINISH[end.status].value, max(end.t_ms - start, 0.0) / 1000.0)
             if end.status is TerminalStatus.COMPLETED:
@@ -240,11 +275,21 @@ class _Front:
         return await self.responder.answer(request, req, stream, req.max_tokens)
 
 
-def add_common_routes(app: web.Application, responder: Responder) -> None:
-    """``/v1/models``, ``/health`` and ``/metrics``, as every vLLM server has them."""
+def add_common_routes(app: web.Application, responder: Responder, worker: tuple[int, int] | None = None,
+                      metrics: WorkerMetrics | None = None) -> None:
+    """``/v1/models``, ``/health`` and ``/metrics``, as every vLLM server has them; a worker's
+    server (``worker``: its stage and index) exposes its own ``metrics``."""
     app.router.add_get("/v1/models", responder.models)
     app.router.add_get("/health", responder.health)
-    app.router.add_get("/metrics", responder.metrics_page)
+    if worker is None:
+        app.router.add_get("/metrics", responder.metrics_page)
+        return
+    stage, index = worker
+
+    async def page(_: web.Request) -> web.StreamResponse:
+        return responder.worker_metrics_page(stage, index, metrics)
+
+    app.router.add_get("/metrics", page)
 
 
 def build_app(cluster: ServeCluster, config: FrontConfig, metrics: WorkerMetrics | None) -> web.Application:

@@ -36,6 +36,7 @@ from dmocker.replay.live import LiveError
 
 from .app import Responder, add_common_routes, error_response, one_prompt, refused
 from .cluster import End, RequestEnded, RequestStream
+from .metrics import WorkerMetrics
 from .openai_api import (
     Endpoint,
     GenerationRequest,
@@ -77,6 +78,8 @@ class VllmWorkers:
         self.responder = responder
         self.cluster = responder.cluster
         self.tp_size = tp_size
+        #: each worker's own metrics, by (stage, index)
+        self.metrics = _WorkerMetricsTable(responder)
         #: each prefill worker's side channel (host, port), once it listens
         self.side_channels: dict[int, tuple[str, int]] = {}
         self._session: aiohttp.ClientSession | None = None
@@ -102,11 +105,12 @@ class VllmWorkers:
         app.router.add_post(Endpoint.COMPLETIONS.value, completions)
         app.router.add_post(Endpoint.CHAT.value, chat)
         app.router.add_get(KV_PATH, kv)
-        add_common_routes(app, self.responder)
+        add_common_routes(app, self.responder, (0, worker), self.metrics[(0, worker)])
         return app
 
     async def _prefill(self, request: web.Request, endpoint: Endpoint, worker: int) -> web.StreamResponse:
         config = self.responder.config
+        start = self.cluster.now_ms()
         try:
             req = parse(endpoint, await request.read(), config.served)
             params = req.kv_transfer_params
@@ -119,7 +123,7 @@ class VllmWorkers:
         except ApiError as err:
             return error_response(err)
         try:
-            await stream.held
+            held_ms = await stream.held
         except LookupError:  # it ended first: rejected (too large for a worker), or canceled
             item = await stream.queue.get()
             while not isinstance(item, End):
@@ -138,6 +142,7 @@ class VllmWorkers:
         }
         body = response(endpoint, response_id(endpoint, rid), config.created, req.model,
                         [Choice(0, TOKEN_TEXT, FinishReason.LENGTH)], Usage(req.prompt_tokens, 1), kv)
+        self.responder.prefill_answered(self.metrics[(0, worker)], req, rid, start, held_ms)
         return web.Response(body=body, content_type="application/json")
 
     def _side_channel(self, request: web.Request) -> web.StreamResponse:
@@ -159,7 +164,7 @@ class VllmWorkers:
 
         app.router.add_post(Endpoint.COMPLETIONS.value, completions)
         app.router.add_post(Endpoint.CHAT.value, chat)
-        add_common_routes(app, self.responder)
+        add_common_routes(app, self.responder, (1, worker), self.metrics[(1, worker)])
         return app
 
     async def _decode(self, request: web.Request, endpoint: Endpoint, worker: int) -> web.StreamResponse:
@@ -175,7 +180,7 @@ class VllmWorkers:
                 raise serving_error(f"request {rid} has a decode leg already, or has ended", "kv_transfer_params")
         except ApiError as err:
             return error_response(err)
-        return await self.responder.answer(request, req, stream, req.max_tokens)
+        return await self.responder.answer(request, req, stream, req.max_tokens, self.metrics[(1, worker)])
 
     async def _read_source(self, host: str, port: int, rid: int) -> bool:
         """The side channel: ask the prefill worker the parameters name whether it holds the KV."""
@@ -198,6 +203,19 @@ def _decode_leg(req: GenerationRequest) -> tuple[int, str, int]:
             or isinstance(port, bool) or not isinstance(port, int):
         raise serving_error(_NOT_A_DECODE_LEG, "kv_transfer_params")
     return int(rid), host, port
+
+
+class _WorkerMetricsTable:
+    """Each worker's own metrics registry, made when its server is built (None without the extra)."""
+
+    def __init__(self, responder: Responder) -> None:
+        self._responder = responder
+        self._by_worker: dict[tuple[int, int], WorkerMetrics | None] = {}
+
+    def __getitem__(self, key: tuple[int, int]) -> WorkerMetrics | None:
+        if key not in self._by_worker:
+            self._by_worker[key] = self._responder.worker_metrics()
+        return self._by_worker[key]
 
 
 def _ended(end: End) -> ApiError:
@@ -247,6 +265,8 @@ class SglangWorkers:
         responder.error_style = ErrorStyle.FLAT
         self.responder = responder
         self.cluster = responder.cluster
+        #: each worker's own metrics, by (stage, index)
+        self.metrics = _WorkerMetricsTable(responder)
         self.rooms: dict[int, RequestStream] = {}
         self._room_of: dict[int, int] = {}
         self.cluster.end_listeners.append(self._ended)
@@ -278,12 +298,15 @@ class SglangWorkers:
 
         app.router.add_post(Endpoint.COMPLETIONS.value, completions)
         app.router.add_post(Endpoint.CHAT.value, chat)
-        add_common_routes(app, self.responder)
+        stage = 0 if role == "prefill" else 1
+        add_common_routes(app, self.responder, (stage, worker), self.metrics[(stage, worker)])
         add_sglang_routes(app, role, self.responder)
         return app
 
     async def _leg(self, request: web.Request, endpoint: Endpoint, role: str, worker: int) -> web.StreamResponse:
         prefill = role == "prefill"
+        start = self.cluster.now_ms()
+        metrics = self.metrics[(0 if prefill else 1, worker)]
         try:
             req = parse(endpoint, await request.read(), self.responder.config.served)
             tokens = one_prompt(req)
@@ -311,9 +334,9 @@ class SglangWorkers:
         except ApiError as err:
             return error_response(err, self.responder.error_style)
         if not prefill:
-            return await self.responder.answer(request, req, stream, req.max_tokens)
+            return await self.responder.answer(request, req, stream, req.max_tokens, metrics)
         try:
-            await stream.held
+            held_ms = await stream.held
         except RequestEnded as ended:  # first: timed out waiting for its decode leg, rejected, canceled
             # (the End itself stays on the stream: the decode leg reads it)
             return error_response(_ended(ended.end), self.responder.error_style)
@@ -324,6 +347,7 @@ class SglangWorkers:
         rid = response_id(endpoint, stream.request_id)
         body = response(endpoint, rid, config.created, req.model, [Choice(0, TOKEN_TEXT, FinishReason.LENGTH)],
                         Usage(req.prompt_tokens, 1), None)
+        self.responder.prefill_answered(metrics, req, stream.request_id, start, held_ms)
         if not req.stream:
             return web.Response(body=body, content_type="application/json")
         out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})

@@ -31,6 +31,19 @@ _PREFILL_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False, "remote
                    "remote_block_ids": None, "remote_host": None, "remote_port": None}
 
 
+def _samples(text: str) -> dict[str, float]:
+    """A metrics page by sample: the name, with its labels other than vLLM's two when it has more."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for x in family.samples:
+            extra = {k: v for k, v in x.labels.items() if k not in ("model_name", "engine")}
+            key = x.name + ("{" + ",".join(f'{k}="{v}"' for k, v in sorted(extra.items())) + "}" if extra else "")
+            out[key] = x.value
+    return out
+
+
 def _urls(where: str) -> tuple[list[str], list[str]]:
     prefill, decode = where.split("; decode workers ")
     return prefill.removeprefix("prefill workers ").split(), decode.split()
@@ -111,17 +124,30 @@ def test_one_request_through_both_legs(tmp_path: Path) -> None:
     """The quick loop's twin of the test below: one request, prefill leg then decode leg."""
     server = Server(tmp_path, "--front", "workers")
 
-    async def one() -> bytes:
+    async def one() -> tuple[bytes, list[dict[str, float]]]:
         prefill, decode = _urls(server.where)
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as s:
-            return await ToyProxyClient(s, prefill, decode).request({"prompt": "hello", "max_tokens": 2}, 0)
+            out = await ToyProxyClient(s, prefill, decode).request({"prompt": "hello world!", "max_tokens": 2}, 0)
+            pages = []
+            for url in prefill + decode:  # each worker exposes its own metrics, as a vLLM server does
+                async with s.get(url + "/metrics") as r:
+                    pages.append(_samples(await r.text()))
+            return out, pages
 
     try:
-        out = json.loads(asyncio.run(asyncio.wait_for(one(), timeout=60)))
+        raw, pages = asyncio.run(asyncio.wait_for(one(), timeout=60))
+        out = json.loads(raw)
     finally:
         code, output = server.stop()
     assert code == 0, output
     assert out["choices"][0]["text"] == " the" * 2
+    p0, p1, d0, d1 = pages
+    assert p0["vllm:prompt_tokens_total"] == 3 and p0["vllm:generation_tokens_total"] == 1
+    assert p0['vllm:request_success_total{finished_reason="length"}'] == 1
+    assert d0["vllm:prompt_tokens_total"] == 0 and d0["vllm:generation_tokens_total"] == 2
+    assert d0['vllm:request_success_total{finished_reason="length"}'] == 1
+    assert p1['vllm:request_success_total{finished_reason="length"}'] == 0 == d1["vllm:generation_tokens_total"]
+    assert all(p["vllm:num_requests_running"] == 0 and p["vllm:kv_cache_usage_perc"] == 0 for p in pages)
     summary = server.summary()
     assert summary["completed_requests"] == 1 and summary["leaked_kv_blocks"] == 0
 
