@@ -25,6 +25,7 @@ DONE: Final = b"data: [DONE]\n\n"
 #: real tokenizer count what the mock generated.
 TOKEN_TEXT: Final = " the"
 
+
 class FinishReason(enum.Enum):
     """``finish_reason`` of a choice (vLLM's ``FINISH_REASON_STRINGS``, ``vllm/v1/engine/__init__.py``)."""
 

@@ -3,12 +3,17 @@ SIGTERM, its outputs read back.  It stops by itself after 90 s if a test fails t
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,6 +31,15 @@ class Server:
         assert "listening on" in line, line + (self.proc.stderr.read() if self.proc.stderr else "")
         self.where = line.split("listening on", 1)[1].strip()
         self.url = self.where
+
+    def drive(self, traffic: Coroutine[Any, Any, T], timeout: float = 120.0) -> T:
+        """Run ``traffic`` against the server, stop it (SIGTERM) and check it exited 0."""
+        try:
+            result = asyncio.run(asyncio.wait_for(traffic, timeout=timeout))
+        finally:
+            code, output = self.stop()
+        assert code == 0, output
+        return result
 
     def stop(self) -> tuple[int, str]:
         self.proc.send_signal(signal.SIGTERM)

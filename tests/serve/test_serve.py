@@ -101,11 +101,7 @@ def test_one_stream_and_a_clean_stop(tmp_path: Path) -> None:
                 assert resp.status == 200
                 return await resp.read()
 
-    try:
-        events = _events(asyncio.run(asyncio.wait_for(one(), timeout=60)))
-    finally:
-        code, output = server.stop()
-    assert code == 0, output
+    events = _events(server.drive(one(), timeout=60))
     assert events[-1] == b"[DONE]" and orjson.loads(events[-2])["usage"]["completion_tokens"] == 3
     summary = server.summary()
     assert summary["completed_requests"] == 1 and summary["leaked_kv_blocks"] == 0
@@ -116,11 +112,7 @@ def test_one_stream_and_a_clean_stop(tmp_path: Path) -> None:
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_serve_streams_checks_and_stops_cleanly(tmp_path: Path, engine: str) -> None:
     server = Server(tmp_path, "--engine", engine)
-    try:
-        asyncio.run(asyncio.wait_for(_traffic(server.url), timeout=120))
-    finally:
-        code, output = server.stop()
-    assert code == 0, output
+    server.drive(_traffic(server.url), timeout=120)
     summary = server.summary()
     assert summary["invariants_ok"] is True, summary["invariant_breaks"]
     assert summary["leaked_kv_blocks"] == 0
@@ -151,11 +143,7 @@ def test_what_a_client_measures_is_what_the_cluster_records(tmp_path: Path) -> N
                     await resp.read()
             return seen
 
-    try:
-        client_ttft = asyncio.run(asyncio.wait_for(one_by_one(), timeout=60))
-    finally:
-        code, output = server.stop()
-    assert code == 0, output
+    client_ttft = server.drive(one_by_one(), timeout=60)
     records = sorted((json.loads(line) for line in server.records.read_text().splitlines()),
                      key=lambda r: r["request_id"])
     gaps = sorted(c - r["ttft_ms"] for c, r in zip(client_ttft, records))
@@ -211,11 +199,7 @@ async def _faulty_traffic(url: str) -> dict[str, int]:
 def test_faults_apply_live_and_reach_clients_as_real_errors(tmp_path: Path, engine: str) -> None:
     server = Server(tmp_path, "--engine", engine, "--fault-fail-rate", "0.2", "--fault-cancel-rate", "0.1",
                     "--fault-timeout-rate", "0.1", "--fault-seed", "7")
-    try:
-        seen = asyncio.run(asyncio.wait_for(_faulty_traffic(server.url), timeout=120))
-    finally:
-        code, output = server.stop()
-    assert code == 0, output
+    seen = server.drive(_faulty_traffic(server.url), timeout=120)
     summary = server.summary()
     injected = summary["faults_injected"]
     assert isinstance(injected, dict) and injected["fail"] and injected["timeout"]

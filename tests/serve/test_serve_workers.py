@@ -134,12 +134,8 @@ def test_one_request_through_both_legs(tmp_path: Path) -> None:
                     pages.append(_samples(await r.text()))
             return out, pages
 
-    try:
-        raw, pages = asyncio.run(asyncio.wait_for(one(), timeout=60))
-        out = json.loads(raw)
-    finally:
-        code, output = server.stop()
-    assert code == 0, output
+    raw, pages = server.drive(one(), timeout=60)
+    out = json.loads(raw)
     assert out["choices"][0]["text"] == " the" * 2
     p0, p1, d0, d1 = pages
     assert p0["vllm:prompt_tokens_total"] == 3 and p0["vllm:generation_tokens_total"] == 1
@@ -155,11 +151,7 @@ def test_one_request_through_both_legs(tmp_path: Path) -> None:
 @pytest.mark.slow  # starts servers
 def test_workers_serve_vllms_proxy_sequence_and_free_what_nobody_reads(tmp_path: Path) -> None:
     server = Server(tmp_path, "--front", "workers", "--kv-abort-timeout-s", "1")
-    try:
-        asyncio.run(asyncio.wait_for(_drive(server.where), timeout=120))
-    finally:
-        code, output = server.stop()
-    assert code == 0, output
+    server.drive(_drive(server.where), timeout=120)
     summary = server.summary()
     assert summary["invariants_ok"] is True, summary["invariant_breaks"]
     assert summary["leaked_kv_blocks"] == 0
@@ -222,11 +214,7 @@ async def _through_sglang_router(where: str, router_port: int) -> None:
 def test_workers_serve_sglang_router_in_prefill_decode_mode(tmp_path: Path) -> None:
     pytest.importorskip("sglang_router")
     server = Server(tmp_path, "--front", "workers", "--engine", "sglang")
-    try:
-        asyncio.run(asyncio.wait_for(_through_sglang_router(server.where, _free_port()), timeout=150))
-    finally:
-        code, output = server.stop()
-    assert code == 0, output
+    server.drive(_through_sglang_router(server.where, _free_port()), timeout=150)
     summary = server.summary()
     assert summary["invariants_ok"] is True, summary["invariant_breaks"]
     assert summary["leaked_kv_blocks"] == 0 and summary["completed_requests"] >= 13
@@ -261,11 +249,7 @@ async def _legs_by_hand(where: str) -> None:
 def test_sglang_legs_meet_by_their_room_in_either_order(tmp_path: Path) -> None:
     server = Server(tmp_path, "--front", "workers", "--engine", "sglang", "--prefill-workers", "1",
                     "--decode-workers", "1")
-    try:
-        asyncio.run(asyncio.wait_for(_legs_by_hand(server.where), timeout=60))
-    finally:
-        code, output = server.stop()
-    assert code == 0, output
+    server.drive(_legs_by_hand(server.where), timeout=60)
     summary = server.summary()
     assert summary["invariants_ok"] is True and summary["completed_requests"] == 1
 
@@ -308,11 +292,7 @@ async def _lonely_legs(where: str) -> None:
 def test_sglang_legs_whose_partner_never_comes_time_out(tmp_path: Path) -> None:
     server = Server(tmp_path, "--front", "workers", "--engine", "sglang", "--prefill-workers", "1",
                     "--decode-workers", "1", "--bootstrap-timeout-s", "1", "--waiting-timeout-s", "1")
-    try:
-        asyncio.run(asyncio.wait_for(_lonely_legs(server.where), timeout=60))
-    finally:
-        code, output = server.stop()
-    assert code == 0, output
+    server.drive(_lonely_legs(server.where), timeout=60)
     summary = server.summary()
     assert summary["invariants_ok"] is True, summary["invariant_breaks"]
     assert summary["failed_requests"] == 2 and summary["completed_requests"] == 1 and summary["leaked_kv_blocks"] == 0
