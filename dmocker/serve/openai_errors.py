@@ -29,6 +29,7 @@ import orjson
 JsonValue: TypeAlias = "None | bool | int | float | str | list[JsonValue] | dict[str, JsonValue]"
 JsonObject: TypeAlias = "dict[str, JsonValue]"
 
+
 def sse(payload: JsonObject) -> bytes:
     """One Server-Sent Event: ``data: <json>`` and a blank line."""
     return b"data: " + orjson.dumps(payload) + b"\n\n"
