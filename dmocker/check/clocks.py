@@ -119,6 +119,8 @@ class ClockSystem:
             kwargs = {name: payloads[name] for name in f.payload}
             self._facts[f.name] = FACT_CLASSES[f.name](HANDOFF_ID, **kwargs)  # type: ignore[arg-type]
         self._props = {p.id: p for p in workers.properties}
+        #: when a set, every rule carried out is added as (rule, state before, state after)
+        self.trace: set[tuple[Rule, WorkerState, WorkerState]] | None = None
 
     # --- one step ------------------------------------------------------------------------
 
@@ -141,7 +143,9 @@ class ClockSystem:
             if p.kind is PropertyKind.MOVE_REQUIRES and p.subject == move.name and p.guard is not None \
                     and not p.guard.holds(ws, self.params):
                 violations.append(ClockViolation(p.id, f"{move.name} fired with {self.workers.describe(ws)}"))
-        ws = move.apply(ws)
+        before, ws = ws, move.apply(ws)
+        if self.trace is not None:
+            self.trace.add((move, before, ws))
         if move.fact is not None:
             fact = self._facts[move.fact]
             lines.append(f"fact {move.fact}")
@@ -176,7 +180,9 @@ class ClockSystem:
             if rule is None or rule.reply is None:
                 lines.append(f"  -> {name} (no worker answers)")
                 continue
-            ws = rule.apply(ws)
+            before, ws = ws, rule.apply(ws)
+            if self.trace is not None:
+                self.trace.add((rule, before, ws))
             lines.append(f"  -> {name}, answered {rule.reply.value}")
             reply = Outcome(rule.reply)
             queue.extend(self._call(lambda: obj.on_action_outcome(ia.id, reply), violations, f"{name}.{rule.reply.value}"))
@@ -229,10 +235,13 @@ class ClockSystem:
 
 
 def check_clocks(workers: WorkersSpec, configuration: Configuration, order: HandoffOrder, *,
-                 target: Target | None = None, bound: int = DEFAULT_BOUND, max_states: int = 200_000) -> ClockReport:
-    """Explore every state of the composition; decide every property with a shortest counterexample."""
+                 target: Target | None = None, bound: int = DEFAULT_BOUND, max_states: int = 200_000,
+                 trace: set[tuple[Rule, WorkerState, WorkerState]] | None = None) -> ClockReport:
+    """Explore every state of the composition; decide every property with a shortest counterexample.
+    ``trace``, when given, collects every rule carried out (the diagram draws those)."""
     t0 = time.perf_counter()
     system = ClockSystem(workers, configuration, order, target)
+    system.trace = trace
     tgt = system.target
     snap = tgt.snapshot_function()
     obj, ws, violations0, _ = system.initial()
@@ -338,6 +347,15 @@ def replay_moves(workers: WorkersSpec, configuration: Configuration, order: Hand
     return logs, violations
 
 
+def carried_out(workers: WorkersSpec) -> set[tuple[Rule, WorkerState, WorkerState]]:
+    """Every (rule, state before, state after) some configuration of the spec reaches."""
+    out: set[tuple[Rule, WorkerState, WorkerState]] = set()
+    for c in workers.configurations.values():
+        for order in c.orders:
+            check_clocks(workers, c, order, trace=out)
+    return out
+
+
 def check_configurations(workers: WorkersSpec | None = None, names: Sequence[str] | None = None,
                          target: Target | None = None) -> list[ClockReport]:
     w = workers if workers is not None else load_workers()
@@ -412,6 +430,7 @@ __all__ = [
     "FACTS_ACCEPTED",
     "StepLog",
     "as_expected",
+    "carried_out",
     "check_clocks",
     "clock_counterexample_json",
     "clock_report_json",

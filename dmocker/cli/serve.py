@@ -55,9 +55,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                    help="dmocker: one OpenAI-compatible front, the replay's routers choose the workers (default); "
                         "workers: each worker on a port of its own (--port, --port + 1, ...; prefill first), "
                         "speaking vLLM's disaggregation protocol, for a real proxy in front")
-    s.add_argument("--kv-abort-timeout-s", type=float_arg, default=480.0, metavar="S",
-                   help="--front workers: a held source whose decode leg has not come S seconds after its "
-                        "prefill is freed (vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT; default 480)")
+    # --kv-abort-timeout-s is the configuration's (transfer.kv_abort_timeout_s, one flag for
+    # replay and serve): with --front workers, a held source whose decode leg has not come that
+    # long after its prefill is freed (vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT; default 480)
     s.add_argument("--capacity", type=int_arg, default=1_000_000,
                    help="requests the cluster takes in its life (default 1,000,000); later ones get 503")
     s.add_argument("--stop-after-s", type=float_arg, default=None, metavar="S",
@@ -93,11 +93,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = config_from_args(argparse.Namespace(**{k: v for k, v in ns.items()
                                                        if k not in ("per_request", "events")}))
+        abort_s = config.transfer.kv_abort_timeout_s
+        if abort_s is None:
+            return _fail("--kv-abort-timeout-s: dmocker serve needs a source abort timeout (transfer.kv_abort_timeout_s)")
         options = ServeOptions.check(config, host=args.host, port=args.port, names=args.served_model_name,
                                      capacity=args.capacity,
                                      out=args.out, per_request=args.per_request, events=args.events,
                                      stop_after_s=args.stop_after_s, front=args.front,
-                                     kv_abort_timeout_s=args.kv_abort_timeout_s)
+                                     kv_abort_timeout_s=abort_s)
     except (ConfigError, ValueError) as exc:
         return _fail(str(exc))
     try:
