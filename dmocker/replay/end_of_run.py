@@ -99,7 +99,7 @@ class RunHooks:
             injected.update(d.injected)
         causes = dict(d.causes) if d is not None else {}
         timers = self.timers
-        if timers is not None and timers.expirations:
+        if timers is not None and timers.fired:
             for rid, cause in timers.causes.items():
                 causes.setdefault(rid, cause)
             summary["worker_timers"] = timers.summary_fields()
@@ -142,6 +142,7 @@ def prepare(
     decode_workers: int,
     num_requests: int,
     kv_abort_timeout_s: float | None = None,
+    waiting_timeout_s: float | None = None,
     order: HandoffOrder | None = None,
 ) -> RunHooks:
     """Validate the fault plan and the coordinator (ValueError: bad input) and build the hooks."""
@@ -160,8 +161,12 @@ def prepare(
 
         driver = FaultDriver(faults, prefill_args=prefill_args, decode_args=decode_args, inner_factory=foreign)
     timers = None
-    if kv_abort_timeout_s is not None and order is HandoffOrder.SOURCE_FIRST:
+    # each order's own clock: the source's hold (vLLM), the destination's wait (SGLang)
+    abort_s = kv_abort_timeout_s if order is HandoffOrder.SOURCE_FIRST else None
+    wait_s = waiting_timeout_s if order is HandoffOrder.DESTINATION_FIRST else None
+    if abort_s is not None or wait_s is not None:
         from .worker_timers import WorkerTimers
 
-        timers = WorkerTimers(kv_abort_timeout_s, prefill_args.page_tokens)
+        timers = WorkerTimers(abort_timeout_s=abort_s, waiting_timeout_s=wait_s,
+                              prefill_block=prefill_args.page_tokens, decode_block=decode_args.page_tokens)
     return RunHooks(driver, foreign, timers)

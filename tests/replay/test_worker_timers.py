@@ -44,3 +44,18 @@ def test_no_expiry_no_trace_of_the_timer(tmp_path: Path) -> None:
 def test_destination_first_has_no_source_hold_timer(tmp_path: Path) -> None:
     s, _, _ = _run(tmp_path, "s", engine="sglang", kv_abort_timeout_s=0.001)
     assert "worker_timers" not in s
+
+
+def test_destination_wait_timeout_fails_slow_prefills(tmp_path: Path) -> None:
+    kw = dict(engine="sglang", synthetic=30, rate=200.0, prefill_workers=1, isl_mean=4000, osl_mean=20)
+    rec, ev = tmp_path / "w.jsonl", tmp_path / "w-events.jsonl"
+    s = run(ReplayConfig.from_values({"per_request": rec, "events": ev, **kw,
+                                      "disaggregation_waiting_timeout_s": 0.05})).summary
+    timers = s["worker_timers"]
+    assert isinstance(timers, dict) and timers["destination_timeouts"] > 0 and "source_expirations" not in timers
+    causes = s["failures_by_cause"]
+    assert isinstance(causes, dict) and causes["transfer_timeout"] == timers["destination_timeouts"]
+    assert s["invariants_ok"] is True
+    # the default (300 s) never fires on this run, and leaves no trace
+    plain = run(ReplayConfig.from_values(dict(kw))).summary
+    assert "worker_timers" not in plain and plain["failed_requests"] == 0
