@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 
@@ -114,3 +115,14 @@ def test_workers_section_is_validated(edit: object, message: str) -> None:
     edit(raw)  # type: ignore[operator]
     with pytest.raises(SpecError, match=message):
         _parse(raw)
+
+
+def test_protocol_md_states_the_verdicts_the_checker_finds() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "protocol.md").read_text(encoding="utf-8")
+    section = text[text.index("### Which real configurations are safe"):text.index("### The bugs this class produces")]
+    rows = [line.split("|") for line in section.splitlines() if line.startswith("| `")]
+    documented = {r[1].strip().strip("`").split("`")[0]: "unsafe" in r[3] for r in rows}
+    found: dict[str, bool] = {}
+    for r in check_configurations(W):
+        found[r.configuration] = found.get(r.configuration, False) or bool(r.failed)
+    assert documented == found
