@@ -13,8 +13,16 @@ import sys
 from pathlib import Path
 
 from dmocker._atomic import write_atomic
-from dmocker.handoff import HandoffOrder, ProtocolSpec, SpecError, load_spec
+from dmocker.handoff import HandoffOrder, ProtocolSpec, SpecError, load_spec, load_workers
 
+from dmocker.check.clock_mutants import clock_kill_table, run_clock_mutants
+from dmocker.check.clocks import (
+    as_expected,
+    check_configurations,
+    clock_counterexample_json,
+    clock_report_json,
+    render_clock_report,
+)
 from dmocker.check.core import check
 from dmocker.check.counterexample import load_counterexample, run_steps
 from dmocker.check.explore import DEFAULT_MAX_STATES, DEFAULT_STEP_BOUND
@@ -63,6 +71,10 @@ def add_parser(subparsers: VerbRegistry) -> None:
     p.add_argument("--mutants", nargs="?", const=str(DEFAULT_CATALOGUE), metavar="DIR",
                    help="run a mutant catalogue (a package folder with MUTANTS; default: the one shipped "
                         "in dmocker.check.mutant_catalogue) and print the kill table")
+    p.add_argument("--clocks", nargs="?", const="all", metavar="NAMES",
+                   help="check the coordinator composed with the workers' own clocks (the spec's workers section) "
+                        "in the named configurations (comma-separated; default all); with --mutants, run the clock "
+                        "mutants. Exit 0 when every configuration breaks exactly the properties its spec entry expects")
     p.add_argument("--spec", metavar="PATH", help="protocol spec (default: the repository's spec/handoff.json)")
     p.add_argument("-v", "--verbose", action="store_true", help="print every property's message")
     p.set_defaults(func=run)
@@ -79,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
     except SpecError as exc:
         return _err(str(exc))
     orders = _ORDERS[args.order]
+    if args.clocks is not None:
+        return _run_clocks(args)
     if args.mutants is not None:
         return _run_mutants(args, spec, orders)
     if args.replay is not None:
@@ -135,6 +149,37 @@ def _run_mutants(args: argparse.Namespace, spec: ProtocolSpec, orders: tuple[Han
         return _err(str(exc))
     sys.stdout.write(kill_table(results))
     return 0 if all(r.killed for r in results) else 1
+
+
+def _run_clocks(args: argparse.Namespace) -> int:
+    try:
+        workers = load_workers(args.spec)
+        target = load_target(args.coordinator)
+    except (SpecError, TargetError) as exc:
+        return _err(str(exc))
+    if args.mutants is not None:
+        results = run_clock_mutants(workers)
+        sys.stdout.write(clock_kill_table(results) + "\n")
+        return 0 if all(r.killed for r in results) else 1
+    names = None if args.clocks == "all" else [n.strip() for n in args.clocks.split(",") if n.strip()]
+    unknown = [n for n in names or [] if n not in workers.configurations]
+    if unknown:
+        return _err(f"unknown clock configuration(s) {unknown} (known: {sorted(workers.configurations)})")
+    reports = check_configurations(workers, names, target=target)
+    for line in render_clock_report(workers, reports):
+        print(line)
+    for r in reports:
+        for res in r.results:
+            if not res.ok:
+                path = Path(args.cex_dir) / f"clocks-{r.configuration}-{r.order.value}-{res.prop}.json"
+                write_atomic(path, _json_text(clock_counterexample_json(r, res)), make_parents=True)
+    total = sum(r.seconds for r in reports)
+    ok = as_expected(workers, reports)
+    print(f"result: {'every configuration as its spec entry says' if ok else 'a configuration differs from its spec entry'} "
+          f"(exit {0 if ok else 1}); {sum(r.states for r in reports)} states, {total:.3f} s exploring")
+    if args.json:
+        write_atomic(args.json, _json_text([clock_report_json(r) for r in reports]))
+    return 0 if ok else 1
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -93,6 +93,13 @@ FLAGS: tuple[tuple[str, tuple[Flag, ...]], ...] = (
              "from a dense model's config)", metavar="GB"),
         Flag("--kv-transfer-timing-mode", str, "tokens a transfer is charged for (default full-prompt)",
              choices=("full-prompt", "destination-missing")),
+        Flag("--kv-abort-timeout-s", float_arg, "source-first (vLLM): a source frees a hold nobody read this long "
+             "after its prefill, as vLLM after VLLM_NIXL_ABORT_REQUEST_TIMEOUT (default 480): in a replay one whose "
+             "destination was not reserved (the handoff fails); in dmocker serve --front workers one whose decode "
+             "leg has not come", metavar="S"),
+        Flag("--disaggregation-waiting-timeout-s", float_arg, "destination-first (SGLang): a destination fails a "
+             "reservation whose KV has not started to arrive this long after it was reserved, as SGLang after "
+             "SGLANG_DISAGGREGATION_WAITING_TIMEOUT (default 300)", metavar="S"),
     )),
     ("replay", (
         Flag("--trace-block-size", int_arg, "tokens per trace hash id (default 512)"),

@@ -26,8 +26,10 @@ Draw the handoff protocol of one order from the spec.
 
 Views: 'flow' (default) is the happy path of the order plus where each failure leads (cleanup
 states condensed per mode); 'regions' shows the lifecycle of each spec region with arrows
-labelled 'event [guard] / emitted actions'; --explored draws every reachable product state of
-the compiled table.  Mermaid and DOT are written by dmocker; SVG and PNG need Graphviz's 'dot'.
+labelled 'event [guard] / emitted actions'; 'workers' draws the workers' own machines (the
+source's hold, the destination's reservation, the transfer engine's KVPoll view, the heartbeat)
+with their timers and faults; --explored draws every reachable product state of the compiled
+table.  Mermaid and DOT are written by dmocker; SVG and PNG need Graphviz's 'dot'.
 
 --update-docs regenerates the diagrams in docs/protocol.md and docs/diagrams/;
 --check-docs exits 1 when they are stale.
@@ -63,9 +65,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="PATH", default=None, help="output file (default: stdout)")
     parser.add_argument(
         "--view",
-        choices=["flow", "regions"],
+        choices=["flow", "regions", "workers"],
         default=None,
-        help="flow: happy path + cleanup (default); regions: one lifecycle per spec region",
+        help="flow: happy path + cleanup (default); regions: one lifecycle per spec region; "
+             "workers: the workers' own clocks (timers, faults, KVPoll states)",
     )
     parser.add_argument(
         "--explored",

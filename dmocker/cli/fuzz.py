@@ -46,6 +46,10 @@ def add_parser(subparsers: VerbRegistry) -> None:
     p.add_argument("--seed", type=_seed, default=0, metavar="S", help="search seed (default 0)")
     p.add_argument("--out", metavar="SCENARIO_JSON", default="dmocker-scenario.json",
                    help="where a breaking scenario is saved (default ./dmocker-scenario.json)")
+    p.add_argument("--clocks", nargs="?", const="dmocker", metavar="CONFIGURATION",
+                   help="search the coordinator composed with the spec's worker machines (the workers' own "
+                        "clocks) in this configuration (default the reference, dmocker) instead of cluster scenarios")
+    p.add_argument("--clock-mutant", metavar="NAME", help="with --clocks: apply this clock mutant to the worker machines")
     p.set_defaults(func=run)
 
 
@@ -54,7 +58,37 @@ def _err(prog: str, message: str) -> int:
     return 2
 
 
+def _run_clocks(args: argparse.Namespace) -> int:
+    import json
+
+    from dmocker._atomic import write_atomic
+    from dmocker.fuzz.clocks import render_clock_finding, search_clocks
+
+    try:
+        result = search_clocks(args.clocks, args.clock_mutant, max_examples=max(args.max_examples, 3000), seed=args.seed)
+    except KeyError as exc:
+        return _err("dmocker fuzz", str(exc.args[0]))
+    if result.finding is None or result.order is None:
+        print(f"dmocker fuzz --clocks: {result.configuration}"
+              + (f" with {result.mutant}" if result.mutant else "") + ": nothing broke")
+        return 0
+    sys.stdout.write(render_clock_finding(result))
+    data = {"format": "dmocker-clock-counterexample", "version": 1, "configuration": result.configuration,
+            "mutant": result.mutant, "order": result.order.value, "moves": list(result.finding.moves),
+            "properties": sorted({v.prop for v in result.finding.violations})}
+    write_atomic(args.out, json.dumps(data, indent=2) + "\n")
+    print(f"\nsaved: {args.out}")
+    return 1
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.clocks is not None or args.clock_mutant is not None:
+        if args.clocks is None:
+            args.clocks = "dmocker"
+        try:
+            return _run_clocks(args)
+        except ImportError as exc:
+            return _err("dmocker fuzz", f"needs Hypothesis (pip install 'dmocker[test]'): {exc}")
     try:
         from dmocker.fuzz.render import render
         from dmocker.fuzz.scenario import ScenarioError, coordinator_factory, save_scenario

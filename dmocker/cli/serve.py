@@ -55,15 +55,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
                    help="dmocker: one OpenAI-compatible front, the replay's routers choose the workers (default); "
                         "workers: each worker on a port of its own (--port, --port + 1, ...; prefill first), "
                         "speaking vLLM's disaggregation protocol, for a real proxy in front")
-    s.add_argument("--kv-abort-timeout-s", type=float_arg, default=480.0, metavar="S",
-                   help="--front workers: a held source whose decode leg has not come S seconds after its "
-                        "prefill is freed (vLLM's VLLM_NIXL_ABORT_REQUEST_TIMEOUT; default 480)")
-    s.add_argument("--bootstrap-timeout-s", type=float_arg, default=300.0, metavar="S",
+    # The workers' other timers are the configuration's, one flag for replay and serve:
+    # --kv-abort-timeout-s (a held source not read in time is freed; with --front workers, one
+    # whose decode leg never came) and --disaggregation-waiting-timeout-s (a reserved
+    # destination whose KV does not come is timed out; with --front workers, a decode leg whose
+    # prefill leg never came).  The bootstrap timeout is the workers front's alone.
+    s.add_argument("--disaggregation-bootstrap-timeout-s", type=float_arg, default=300.0, metavar="S",
                    help="--front workers, SGLang's order: a prefill leg whose decode leg has not come S seconds later "
                         "is timed out (SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT; default 300)")
-    s.add_argument("--waiting-timeout-s", type=float_arg, default=300.0, metavar="S",
-                   help="--front workers, SGLang's order: a decode leg whose prefill leg has not come S seconds later "
-                        "is timed out (SGLANG_DISAGGREGATION_WAITING_TIMEOUT; default 300)")
     s.add_argument("--capacity", type=int_arg, default=1_000_000,
                    help="requests the cluster takes in its life (default 1,000,000); later ones get 503")
     s.add_argument("--stop-after-s", type=float_arg, default=None, metavar="S",
@@ -103,9 +102,7 @@ def run(args: argparse.Namespace) -> int:
                                      capacity=args.capacity,
                                      out=args.out, per_request=args.per_request, events=args.events,
                                      stop_after_s=args.stop_after_s, front=args.front,
-                                     kv_abort_timeout_s=args.kv_abort_timeout_s,
-                                     bootstrap_timeout_s=args.bootstrap_timeout_s,
-                                     waiting_timeout_s=args.waiting_timeout_s)
+                                     bootstrap_timeout_s=args.disaggregation_bootstrap_timeout_s)
     except (ConfigError, ValueError) as exc:
         return _fail(str(exc))
     try:

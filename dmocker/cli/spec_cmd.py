@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from dmocker.cli.io import error
-from dmocker.handoff import HandoffOrder, SpecError, compile_table, load_spec
+from dmocker.handoff import HandoffOrder, SpecError, compile_table, has_workers, load_spec, load_workers
 from dmocker.handoff import Reject, Step
 from .io import VerbRegistry
 
@@ -31,6 +31,13 @@ def run_validate(args: argparse.Namespace) -> int:
     counts = ", ".join(f"{o.value}: {compile_table(spec, o).state_count} states" for o in HandoffOrder)
     print(f"{spec.path}: valid (spec_version {spec.spec_version}; {len(spec.transitions)} transitions, "
           f"{len(spec.rules)} rules, {len(spec.invariants)} invariants; {counts})")
+    if has_workers(spec):
+        try:
+            workers = load_workers(args.file)
+        except SpecError as exc:
+            return error(str(exc))
+        print(f"  workers: {len(workers.machines)} machines, {len(workers.commands)} commands, {len(workers.moves)} moves, "
+              f"{len(workers.properties)} properties, {len(workers.configurations)} configurations")
     return 0
 
 

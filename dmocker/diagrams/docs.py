@@ -34,8 +34,8 @@ PROTOCOL_MD = "protocol.md"
 DIAGRAM_DIR = "diagrams"
 #: Views embedded as Mermaid in protocol.md (the explored graph is too big for Mermaid; it is
 #: linked as SVG instead).
-MERMAID_VIEWS = (View.FLOW, View.REGIONS)
-FILE_VIEWS = (View.FLOW, View.REGIONS, View.EXPLORED)
+MERMAID_VIEWS = (View.FLOW, View.REGIONS, View.WORKERS)
+FILE_VIEWS = (View.FLOW, View.REGIONS, View.EXPLORED, View.WORKERS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +48,8 @@ class Block:
 
     @property
     def tag(self) -> str:
+        if self.view is View.WORKERS:  # the same machines in both orders: one block
+            return f"mermaid {self.view.value!s}"
         return f"mermaid {self.order.value} {self.view.value}"
 
 
@@ -61,6 +63,8 @@ class DotFile:
 
     @property
     def stem(self) -> str:
+        if self.view is View.WORKERS:
+            return str(self.view.value)
         return f"{self.order.value}-{self.view.value}"
 
 
@@ -81,6 +85,8 @@ def expected(spec: ProtocolSpec) -> Expected:
     files: list[DotFile] = []
     for order in HandoffOrder:
         for view in FILE_VIEWS:
+            if view is View.WORKERS and order is not HandoffOrder.SOURCE_FIRST:
+                continue  # one picture for both orders
             diagram = build_diagram(spec, order, view)
             if view in MERMAID_VIEWS:
                 blocks.append(Block(order, view, to_mermaid(diagram)))

@@ -6,7 +6,7 @@ import enum
 
 import networkx as nx
 
-from dmocker.handoff import ProtocolSpec
+from dmocker.handoff import ProtocolSpec, load_workers
 from dmocker.handoff import compile_table
 from dmocker.handoff import HandoffOrder
 
@@ -17,15 +17,18 @@ from .mermaid import to_mermaid
 from .model import Diagram
 from .regions import region_diagram
 from .render import ImageFormat, render
+from .workers import workers_diagram
 
 
 class View(enum.Enum):
     """FLOW: happy path + condensed cleanup; REGIONS: one lifecycle per region;
-    EXPLORED: every reachable product state of the compiled table."""
+    EXPLORED: every reachable product state of the compiled table; WORKERS: the workers' own
+    clocks (the spec's ``workers`` machines, the same in both orders)."""
 
     FLOW = "flow"
     REGIONS = "regions"
     EXPLORED = "explored"
+    WORKERS = "workers"
 
 
 class OutputFormat(enum.Enum):
@@ -62,6 +65,8 @@ def build_diagram(spec: ProtocolSpec, order: HandoffOrder, view: View) -> Diagra
         return flow_diagram(spec, order)
     if view is View.REGIONS:
         return region_diagram(spec, order)
+    if view is View.WORKERS:
+        return workers_diagram(load_workers(spec.path))
     return explored_diagram(compile_table(spec, order))
 
 

@@ -24,7 +24,19 @@ from dmocker.handoff._spec import (
     Transition,
     derived,
 )
-from dmocker.handoff._spec_load import default_spec_path, load_spec, order_for_engine, success_outcomes
+from dmocker.handoff._spec_load import default_spec_path, has_workers, load_spec, load_workers, order_for_engine, success_outcomes
+from dmocker.handoff._workers import (
+    ClockProperty,
+    Configuration,
+    Guard,
+    Machine,
+    MoveKind,
+    PropertyKind,
+    Rule,
+    WorkerState,
+    WorkersSpec,
+    parse_workers,
+)
 from dmocker.handoff._table import STEP_TAG, CompiledTable, NotApplicable, Reject, Step, compile_table
 from dmocker.handoff._types import (
     Action,
@@ -91,6 +103,18 @@ def build_chart(spec: ProtocolSpec, order: HandoffOrder) -> type[HandoffChart]:
 
 
 __all__ = [
+    "ClockProperty",
+    "Configuration",
+    "Guard",
+    "Machine",
+    "MoveKind",
+    "PropertyKind",
+    "Rule",
+    "WorkerState",
+    "WorkersSpec",
+    "has_workers",
+    "load_workers",
+    "parse_workers",
     "ACTION_CLASSES",
     "FACT_CLASSES",
     "TerminalFact",

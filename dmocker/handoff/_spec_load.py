@@ -19,6 +19,7 @@ from dmocker.handoff._spec import ProtocolSpec, SpecError
 from dmocker.handoff._spec_parse import parse_spec
 from dmocker.handoff._table import validate_semantics
 from dmocker.handoff._types import HandoffOrder, OutcomeKind
+from dmocker.handoff._workers import WorkersSpec, parse_workers
 
 
 def success_outcomes(spec: ProtocolSpec | None = None) -> dict[str, OutcomeKind]:
@@ -108,3 +109,31 @@ def _read_json(path: Path) -> object:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise SpecError(f"{path}: line {exc.lineno} column {exc.colno}: invalid JSON: {exc.msg}") from None
+
+
+_WORKERS_CACHE: dict[str, WorkersSpec] = {}
+
+
+def has_workers(spec: ProtocolSpec) -> bool:
+    """Whether the spec file has a ``workers`` section (other implementations may leave it out)."""
+    top = _read_json(Path(spec.path))
+    return isinstance(top, dict) and "workers" in top
+
+
+def load_workers(path: str | os.PathLike[str] | None = None) -> WorkersSpec:
+    """The spec's ``workers`` section (the workers' own clocks), read and checked against the
+    protocol it sits in (facts, actions and orders it names must be the protocol's)."""
+    spec = load_spec(path)
+    cached = _WORKERS_CACHE.get(spec.path)
+    if cached is not None:
+        return cached
+    top = _read_json(Path(spec.path))
+    raw = top.get("workers") if isinstance(top, dict) else None
+    if raw is None:
+        raise SpecError(f"{spec.path}: no 'workers' section")
+    workers = parse_workers(
+        raw, spec.path, frozenset(f.name for f in spec.facts), frozenset(a.name for a in spec.actions),
+        {o.value: o for o in HandoffOrder},
+    )
+    _WORKERS_CACHE[spec.path] = workers
+    return workers

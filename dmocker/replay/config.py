@@ -422,6 +422,8 @@ NAMES: dict[str, tuple[str, ...]] = {
     "kv_transfer_bandwidth": ("transfer.bandwidth_gb_s",),
     "kv_bytes_per_token": ("transfer.kv_bytes_per_token",),
     "kv_transfer_timing_mode": ("transfer.timing_mode",),
+    "kv_abort_timeout_s": ("transfer.kv_abort_timeout_s",),
+    "disaggregation_waiting_timeout_s": ("transfer.disaggregation_waiting_timeout_s",),
     "model": ("model.name",),
     "kv_cache_dtype": ("model.kv_cache_dtype",),
     "tensor_parallel_size": ("model.tensor_parallel_size",),

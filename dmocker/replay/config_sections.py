@@ -104,11 +104,21 @@ class PoolConfig:
 @dataclass(frozen=True)
 class TransferConfig:
     """The prefill-to-decode KV link: ``bandwidth_gb_s`` (decimal GB/s) and ``kv_bytes_per_token``
-    (both needed for a transfer to take time), and which tokens a transfer is charged for."""
+    (both needed for a transfer to take time), and which tokens a transfer is charged for.
+
+    ``kv_abort_timeout_s``: a source-first (vLLM) source frees a hold whose destination has not
+    been reserved this long after its prefill, as vLLM's NixlConnector does after
+    VLLM_NIXL_ABORT_REQUEST_TIMEOUT (480 s, vllm/envs.py); the handoff then fails (TimedOut, the
+    reference semantics of the spec's ``hold_expiry``: a read of freed blocks fails).  None: never.
+    ``disaggregation_waiting_timeout_s``: a destination-first (SGLang) destination fails a
+    reservation whose KV has not started to arrive this long after it was reserved, as SGLang's
+    decode side after SGLANG_DISAGGREGATION_WAITING_TIMEOUT (300 s); None: never."""
 
     bandwidth_gb_s: float | None = None
     kv_bytes_per_token: int | None = None
     timing_mode: TransferTimingMode = TransferTimingMode.FULL_PROMPT
+    kv_abort_timeout_s: float | None = 480.0
+    disaggregation_waiting_timeout_s: float | None = 300.0
 
 
 @dataclass(frozen=True)
@@ -319,6 +329,8 @@ _BOUNDS: dict[tuple[type, str], Bound] = {
     (PoolConfig, "fixed_decode_ms"): _AT_LEAST_0,
     (TransferConfig, "bandwidth_gb_s"): _AT_LEAST_0,
     (TransferConfig, "kv_bytes_per_token"): _AT_LEAST_0,
+    (TransferConfig, "kv_abort_timeout_s"): _ABOVE_0,
+    (TransferConfig, "disaggregation_waiting_timeout_s"): _ABOVE_0,
     (ModelConfig, "tensor_parallel_size"): _AT_LEAST_1,
     (ModelConfig, "gpu_memory_gb"): _ABOVE_0,
     (ModelConfig, "gpu_memory_utilization"): Bound(0, maximum=1, exclusive=True),

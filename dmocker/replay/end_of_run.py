@@ -25,6 +25,7 @@ from .runtime import CoordinatorFactory, DisaggRuntime, RuntimeResult
 if TYPE_CHECKING:  # imported when used: a plain run loads neither (the checker pulls in networkx)
     from .coordinators import ForeignFactory
     from .fault_driver import FaultDriver
+    from .worker_timers import WorkerTimers
 
 __all__ = ["RunHooks", "add_end_fields", "empty_faults_injected", "finish_agg", "prepare"]
 
@@ -39,9 +40,11 @@ def empty_faults_injected() -> dict[str, JsonValue]:
 class RunHooks:
     """What one run adds around the runtime (see the module docstring)."""
 
-    def __init__(self, driver: FaultDriver | None, foreign: ForeignFactory | None) -> None:
+    def __init__(self, driver: FaultDriver | None, foreign: ForeignFactory | None,
+                 timers: WorkerTimers | None = None) -> None:
         self.driver = driver
         self.foreign = foreign
+        self.timers = timers
         self.dead_end: DeadEndError | None = None
         self.breaks: tuple[InvariantBreak, ...] = ()
 
@@ -57,6 +60,8 @@ class RunHooks:
             self.foreign.clock = lambda: clock.now_ms
         if self.driver is not None:
             self.driver.attach(runtime.control)
+        if self.timers is not None:
+            self.timers.attach(runtime)
 
     def run(self, runtime: DisaggRuntime) -> RuntimeResult:
         """Run; with faults or a user's coordinator a dead end is an invariant break, not a crash."""
@@ -92,7 +97,13 @@ class RunHooks:
         injected: dict[str, JsonValue] = empty_faults_injected()
         if d is not None:
             injected.update(d.injected)
-        add_end_fields(summary, collector, leaked, breaks, injected, d.causes if d is not None else {})
+        causes = dict(d.causes) if d is not None else {}
+        timers = self.timers
+        if timers is not None and timers.fired:
+            for rid, cause in timers.causes.items():
+                causes.setdefault(rid, cause)
+            summary["worker_timers"] = timers.summary_fields()
+        add_end_fields(summary, collector, leaked, breaks, injected, causes)
 
 
 def finish_agg(runtime: EndState, collector: Collector, summary: dict[str, JsonValue], *, order: HandoffOrder,
@@ -122,6 +133,9 @@ def prepare(
     prefill_workers: int,
     decode_workers: int,
     num_requests: int,
+    kv_abort_timeout_s: float | None = None,
+    waiting_timeout_s: float | None = None,
+    order: HandoffOrder | None = None,
 ) -> RunHooks:
     """Validate the fault plan and the coordinator (ValueError: bad input) and build the hooks."""
     if faults is not None and not isinstance(faults, FaultPlan):
@@ -138,4 +152,13 @@ def prepare(
         from .fault_driver import FaultDriver
 
         driver = FaultDriver(faults, prefill_args=prefill_args, decode_args=decode_args, inner_factory=foreign)
-    return RunHooks(driver, foreign)
+    timers = None
+    # each order's own clock: the source's hold (vLLM), the destination's wait (SGLang)
+    abort_s = kv_abort_timeout_s if order is HandoffOrder.SOURCE_FIRST else None
+    wait_s = waiting_timeout_s if order is HandoffOrder.DESTINATION_FIRST else None
+    if abort_s is not None or wait_s is not None:
+        from .worker_timers import WorkerTimers
+
+        timers = WorkerTimers(abort_timeout_s=abort_s, waiting_timeout_s=wait_s,
+                              prefill_block=prefill_args.page_tokens, decode_block=decode_args.page_tokens)
+    return RunHooks(driver, foreign, timers)

@@ -109,9 +109,7 @@ class LiveCluster:
         events: IO[str] | None = None,
         records: IO[str] | None = None,
         pinned: bool = False,
-        abort_timeout_ms: float | None = None,
         bootstrap_timeout_ms: float | None = None,
-        waiting_timeout_ms: float | None = None,
     ) -> None:
         """``trace_block_size``: tokens per entry of a request's ``hash_ids`` (default: the
         engine's block size, one hash id per KV block).
@@ -119,15 +117,17 @@ class LiveCluster:
         ``pinned``: the workers are chosen outside the cluster (a real proxy in front of the
         workers' own servers): a request's prefill worker is given with it
         (:meth:`submit`), its decode worker when its decode request comes (:meth:`attach_decode`).
-        ``abort_timeout_ms``: a held source whose decode request has not come this long after
-        its prefill ended is freed (a ``TimedOut`` fact), as vLLM's prefill frees it after
-        ``VLLM_NIXL_ABORT_REQUEST_TIMEOUT``.
+        The workers' own timers are the configuration's, as in the replay
+        (:class:`~dmocker.replay.worker_timers.WorkerTimers`): a held source whose destination
+        is not reserved ``transfer.kv_abort_timeout_s`` after its prefill is freed (vLLM's
+        ``VLLM_NIXL_ABORT_REQUEST_TIMEOUT``; a pinned cluster's source whose decode request never
+        came), a destination-first reservation whose KV has not begun to come
+        ``transfer.disaggregation_waiting_timeout_s`` after it is timed out.
 
-        ``bootstrap_timeout_ms`` / ``waiting_timeout_ms`` (a pinned cluster, legs that come
-        apart): a request whose prefill request came and whose decode request has not come
-        this long after it, or the other way round, is timed out (a ``TimedOut`` fact), as
-        SGLang's prefill side gives up on a bootstrap and its decode side on the KV it waits for
-        (``SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT``, ``SGLANG_DISAGGREGATION_WAITING_TIMEOUT``)."""
+        ``bootstrap_timeout_ms`` (a pinned cluster in SGLang's order): a request whose prefill
+        request came and whose decode request has not come this long after it is timed out (a
+        ``TimedOut`` fact), as SGLang's prefill side gives up on a bootstrap
+        (``SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT``)."""
         if config.cluster.mode is not ClusterMode.DISAGG:
             raise LiveError("a live cluster is disaggregated (cluster.mode = disagg)")
         if config.planner.policy is not None:
@@ -140,9 +140,7 @@ class LiveCluster:
         self._on_tokens = on_tokens
         self._on_end = on_end
         self._on_held = on_held
-        self._abort_ms = abort_timeout_ms
         self._bootstrap_ms = bootstrap_timeout_ms
-        self._waiting_ms = waiting_timeout_ms
         self._pins: tuple[PinnedRouter, PinnedRouter] | None = None
         routers: tuple[Router, ...]
         if pinned:
@@ -158,7 +156,10 @@ class LiveCluster:
             )
         self._hooks = prepare(config.faults, config.coordinator, prefill_args=prefill_args, decode_args=decode_args,
                               prefill_workers=config.cluster.prefill_workers,
-                              decode_workers=config.cluster.decode_workers, num_requests=capacity)
+                              decode_workers=config.cluster.decode_workers, num_requests=capacity,
+                              kv_abort_timeout_s=config.transfer.kv_abort_timeout_s,
+                              waiting_timeout_s=config.transfer.disaggregation_waiting_timeout_s,
+                              order=order_for_engine(prefill_args.engine))
         kv_feed = routers[0].wants_kv_events
         p_workers: list[EngineWorker] = [
             make_worker(prefill_args, i, record_kv_events=kv_feed) for i in range(config.cluster.prefill_workers)
@@ -173,10 +174,10 @@ class LiveCluster:
             prefill_router=routers[0], decode_router=routers[1], bulk=False,
             coordinator_factory=self._hooks.factory,
         )
+        if on_held is not None:  # before the hooks: the workers' timers chain onto it
+            self.runtime.effects.held_sink = self._held
         self._hooks.attach(self.runtime)
         self.runtime.effects.token_sink = self._tokens
-        if on_held is not None or abort_timeout_ms is not None:
-            self.runtime.effects.held_sink = self._held
         self._next_id = 0
         self._attached: set[int] = set()  # pinned: requests whose decode request came
         self._prefill_attached: set[int] = set()  # ... and whose prefill request came
@@ -267,8 +268,6 @@ class LiveCluster:
                                           or output_length < 1):
             raise LiveError(f"output_length must be a positive integer, got {output_length!r}")
         self._attached.add(request_id)
-        if self._waiting_ms is not None and request_id not in self._prefill_attached:
-            self.runtime.control.at(now_ms + self._waiting_ms, self._pair_timer(request_id))
         routing = self.runtime.routing
         live = self.runtime.table.live
 
@@ -307,7 +306,9 @@ class LiveCluster:
         for rid in self.runtime.control.live_requests():
             self.cancel(rid, now_ms)
         self.advance(now_ms)
-        while (due := self.next_due_ms()) is not None:
+        while not self.settled():
+            due = self.next_due_ms()
+            assert due is not None
             self.advance(due)
 
     def finish(self, events_path: str | None = None) -> dict[str, JsonValue]:
@@ -322,6 +323,12 @@ class LiveCluster:
         """Apply everything due up to ``now_ms`` (submitted requests included), in the replay's
         order; tokens and ends are reported meanwhile."""
         self.runtime.advance(now_ms)
+
+    def settled(self) -> bool:
+        """Nothing is due but the workers' own timers (which keep no run alive, as in the replay)."""
+        runtime = self.runtime
+        return (runtime.admission.next_ready_time() is None
+                and len(runtime.events.raw) == runtime.control.idle_events)
 
     def next_due_ms(self) -> float | None:
         """When the cluster next changes by itself (None: not until a request arrives)."""
@@ -408,19 +415,9 @@ class LiveCluster:
             rid = cast(int, ev.handoff_id)  # the replay's handoff ids are its request ids
             if self._on_held is not None:
                 self._on_held(rid, now_ms)
-            if self._abort_ms is not None:
-                self.runtime.control.at(now_ms + self._abort_ms, self._abort_timer(rid))
-
-    def _abort_timer(self, request_id: int) -> Callable[[], None]:
-        """The abort timeout of a held source: freed unless its decode request came."""
-        def fire() -> None:
-            if request_id in self.runtime.table.live and request_id not in self._attached:
-                self.runtime.control.deliver(request_id, TimedOut)
-
-        return fire
 
     def _pair_timer(self, request_id: int) -> Callable[[], None]:
-        """A leg's wait for its partner (SGLang's bootstrap or waiting timeout): timed out unless both came."""
+        """A prefill leg's wait for its decode leg (SGLang's bootstrap timeout): timed out unless both came."""
         def fire() -> None:
             if (request_id in self.runtime.table.live
                     and not (request_id in self._attached and request_id in self._prefill_attached)):

@@ -26,7 +26,7 @@ def test_generated_docs_are_current() -> None:
 def test_protocol_md_embeds_every_mermaid_block_and_links_every_svg() -> None:
     md = (DOCS / "protocol.md").read_text(encoding="utf-8")
     want = docs.expected(load_spec())
-    assert len(want.blocks) == 4
+    assert len(want.blocks) == 5  # flow and regions per order, and the workers (one for both orders)
     for block in want.blocks:
         assert f"<!-- BEGIN GENERATED {block.tag} -->\n```mermaid\n---\n" in md
     for dot_file in want.dot_files:
@@ -93,7 +93,7 @@ def test_update_renders_svgs(docs_copy: Path) -> None:
         svg.unlink()
     docs.update(load_spec(), docs_copy)
     svgs = sorted(p.name for p in (docs_copy / "diagrams").glob("*.svg"))
-    assert len(svgs) == 6
+    assert len(svgs) == 7
     for name in svgs:
         head = (docs_copy / "diagrams" / name).read_text(encoding="utf-8")[:400]
         assert "<svg" in head or "<?xml" in head

@@ -291,7 +291,7 @@ async def _lonely_legs(where: str) -> None:
 @pytest.mark.slow  # starts servers, waits for two timeouts
 def test_sglang_legs_whose_partner_never_comes_time_out(tmp_path: Path) -> None:
     server = Server(tmp_path, "--front", "workers", "--engine", "sglang", "--prefill-workers", "1",
-                    "--decode-workers", "1", "--bootstrap-timeout-s", "1", "--waiting-timeout-s", "1")
+                    "--decode-workers", "1", "--disaggregation-bootstrap-timeout-s", "1", "--disaggregation-waiting-timeout-s", "1")
     server.drive(_lonely_legs(server.where), timeout=60)
     summary = server.summary()
     assert summary["invariants_ok"] is True, summary["invariant_breaks"]

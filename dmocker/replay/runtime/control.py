@@ -81,6 +81,16 @@ class ClusterControl:
         """Run ``callback()`` at ``t_ms``, in the timer phase, in scheduling order."""
         self.events.push(t_ms, _TIMER, callback, self.clock.now_ms)
 
+    def at_idle(self, t_ms: float, callback: Callable[[], None]) -> None:
+        """:meth:`at`, for a timer that keeps no run alive (a worker's own clock: a run whose
+        requests all ended does not wait for it, so arming one changes nothing until it fires)."""
+        def fire() -> None:
+            self.idle_events -= 1
+            callback()
+
+        self.events.push(t_ms, _TIMER, fire, self.clock.now_ms)
+        self.idle_events += 1
+
     def inject(self, t_ms: float, request_id: int, kind: type[TerminalFact]) -> None:
         """Deliver a terminal fact to a request's coordinator at ``t_ms`` (if it is still live)."""
         def land() -> None:

@@ -51,7 +51,8 @@ class Handoffs:
     """Starts, feeds and logs the coordinators of the requests in ``table``."""
 
     __slots__ = ("clock", "table", "queue", "collector", "order", "spec", "make_coord", "fallback_ms",
-                 "event_log", "observer", "acquire_hooks", "trace_block", "block_size", "hash_cache")
+                 "event_log", "observer", "acquire_hooks", "trace_block", "block_size", "hash_cache",
+                 "reserved_sink")
 
     def __init__(
         self,
@@ -79,6 +80,9 @@ class Handoffs:
         self.fallback_ms = fallback_ms
         self.event_log = event_log
         self.observer = observer
+        #: told (request id, time) when a request's destination is first reserved (a worker's
+        #: own clock arms its wait timeout there; None in a plain run)
+        self.reserved_sink: Callable[[int, float], None] | None = None
         # request -> "fail this acquire?" (fault injection), moved onto the request at arrival
         self.acquire_hooks: dict[int, Callable[[], bool]] = {}
         self.trace_block = trace_block
@@ -148,6 +152,8 @@ class Handoffs:
                     req.destination_reserved_ms = now
                     if self.observer is not None:
                         self.observer.on_decode_reserved(req.rid)
+                    if self.reserved_sink is not None:
+                        self.reserved_sink(req.rid, now)
             self.fact(req, ev)
 
     def fact(self, req: RequestState, fact: Fact) -> None:
