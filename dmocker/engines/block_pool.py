@@ -296,13 +296,13 @@ class BlockPool:
                 head += 1
                 self.listed -= 1
                 if evicted is not None and not (prompt_only and keys[0] >= PRIVATE_HASH_BASE):
-                    evicted += reversed(keys)
+                    evicted.extend(keys[::-1])  # (a reversed copy: one C loop, no iterator)
                 if lengths is not None:
                     lengths.append(L)
                 left -= L
             else:
                 if evicted is not None and not (prompt_only and keys[0] >= PRIVATE_HASH_BASE):
-                    evicted += reversed(keys[L - left:])
+                    evicted.extend(keys[:L - left - 1:-1])
                 if lengths is not None:
                     lengths.append(left)
                 del keys[L - left:]
