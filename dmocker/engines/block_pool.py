@@ -73,7 +73,6 @@ __all__ = ["BlockPool", "KvChunk", "PRIVATE_HASH_BASE", "generated_block_ids", "
 # never collide with (or be matched as) a prompt block; they produce no KV events.  Request
 # ids below 2**35 keep them under 2**60, ints of the same size as prompt hashes.
 PRIVATE_HASH_BASE: Final = 1 << HASH_BITS
-_IS_PROMPT = PRIVATE_HASH_BASE.__gt__  # h < PRIVATE_HASH_BASE: a prompt block's hash
 
 #: One recorded cache change: (True, hashes stored) or (False, hashes evicted), in order.
 KvChunk: TypeAlias = tuple[bool, tuple[int, ...]]
@@ -262,19 +261,22 @@ class BlockPool:
             return False
         if self.record:
             evicted: list[int] = []
-            self._evict(n - free, evicted, None)
-            gone = tuple(filter(_IS_PROMPT, evicted))  # generated blocks produce no events
-            if gone:
-                self.events.append((False, gone))
+            self._evict(n - free, evicted, None, True)  # generated blocks produce no events
+            if evicted:
+                self.events.append((False, tuple(evicted)))
         else:
             self._evict(n - free, None, None)
         self.free = 0
         return True
 
-    def _evict(self, k: int, evicted: list[int] | None, lengths: list[int] | None) -> None:
+    def _evict(self, k: int, evicted: list[int] | None, lengths: list[int] | None,
+               prompt_only: bool = False) -> None:
         """Remove the ``k <= num_inactive`` oldest inactive blocks: whole runs from the LRU head,
         then the tail of the next one.  Their hashes, oldest first, are appended to ``evicted``
-        and the length of each run's part of them to ``lengths`` (if given)."""
+        (with ``prompt_only``, those of prompt blocks only) and the length of each run's part of
+        them to ``lengths`` (if given).  A run is a stretch of one chain, and a chain is either
+        a prompt's hashes or a request's generated ids (``promote``'s callers), so its first
+        key tells which all of its keys are."""
         lru = self.lru
         starts = self.starts
         head = self.lru_head
@@ -293,14 +295,14 @@ class BlockPool:
                 lru[head] = None
                 head += 1
                 self.listed -= 1
-                if evicted is not None:
-                    evicted += reversed(keys)
+                if evicted is not None and not (prompt_only and keys[0] >= PRIVATE_HASH_BASE):
+                    evicted.extend(keys[::-1])  # (a reversed copy: one C loop, no iterator)
                 if lengths is not None:
                     lengths.append(L)
                 left -= L
             else:
-                if evicted is not None:
-                    evicted += reversed(keys[L - left:])
+                if evicted is not None and not (prompt_only and keys[0] >= PRIVATE_HASH_BASE):
+                    evicted.extend(keys[:L - left - 1:-1])
                 if lengths is not None:
                     lengths.append(left)
                 del keys[L - left:]

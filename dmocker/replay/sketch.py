@@ -257,7 +257,8 @@ class GapSketches:
     Gaps are staged once and folded into both sketches in bulk.
     """
 
-    __slots__ = ("itl", "per_user", "_buf", "_fill", "_sgaps", "_sweights", "_wbuf", "_wts", "_wfill")
+    __slots__ = ("itl", "per_user", "_buf", "_fill", "_sgaps", "_sweights", "_runs", "_run_weights",
+                 "_run_lengths", "_wfill")
 
     _BUFFER = 1 << 16
     _WBUFFER = 1 << 14
@@ -269,13 +270,15 @@ class GapSketches:
         self._fill = 0
         # Weighted gaps (a batch sharing one gap), staged with their weights, _WBUFFER at most
         # of each kind: add_same's (one a pass) in lists, converted once per flush; add_run's
-        # (thousands at once) in numpy buffers, subtracted in place.  The sketches' aggregates (exact sums,
-        # counts, bucket counts, extremes) do not depend on the order samples are folded in.
+        # (thousands at once) as the runs' end times themselves, subtracted once per flush (a
+        # run then costs two appends, not a few numpy calls).  The sketches' aggregates (exact
+        # sums, counts, bucket counts, extremes) do not depend on the order samples are folded in.
         self._sgaps: list[float] = []
         self._sweights: list[int] = []
-        self._wbuf: F64 = np.empty(self._WBUFFER, dtype=np.float64)
-        self._wts: npt.NDArray[np.int64] = np.empty(self._WBUFFER, dtype=np.int64)
-        self._wfill = 0
+        self._runs: list[F64] = []  # the end times of each staged run (never written to)
+        self._run_weights: list[int] = []
+        self._run_lengths: list[int] = []  # len() of each run's times
+        self._wfill = 0  # gaps staged in those runs
 
     def _room(self, n: int) -> int:
         """Where ``n`` gaps go in the staging buffer (flushed first if they do not fit), or -1
@@ -322,9 +325,7 @@ class GapSketches:
             self._sgaps = []
             self._sweights = []
         if self._wfill:
-            f = self._wfill
-            self._fold_weighted(self._wbuf[:f], self._wts[:f])
-            self._wfill = 0
+            self._fold_runs()
 
     def _fold_weighted(self, gaps: F64, weights: npt.NDArray[np.int64]) -> None:
         gaps = np.maximum(gaps, 0.0)
@@ -360,9 +361,30 @@ class GapSketches:
             if n > self._WBUFFER:
                 self._fold_weighted(times[1:] - times[:-1], np.full(n, weight, dtype=np.int64))
                 return
-        np.subtract(times[1:], times[:-1], out=self._wbuf[f:f + n])
-        self._wts[f:f + n] = weight
+        self._runs.append(times)
+        self._run_weights.append(weight)
+        self._run_lengths.append(n + 1)
         self._wfill = f + n
+
+    def _fold_runs(self) -> None:
+        """Fold the staged runs' gaps: consecutive differences of their end times, joined, the
+        differences across two runs' boundary left out."""
+        runs = self._runs
+        if len(runs) == 1:
+            t = runs[0]
+            gaps = t[1:] - t[:-1]
+            weights = np.full(gaps.shape[0], self._run_weights[0], dtype=np.int64)
+        else:
+            joined = np.concatenate(runs)
+            diffs = joined[1:] - joined[:-1]
+            lengths = np.array(self._run_lengths, dtype=np.int64)
+            gaps = np.delete(diffs, np.cumsum(lengths[:-1]) - 1)  # the boundaries
+            weights = np.repeat(np.array(self._run_weights, dtype=np.int64), lengths - 1)
+        self._runs = []
+        self._run_weights = []
+        self._run_lengths = []
+        self._wfill = 0
+        self._fold_weighted(gaps, weights)
 
     def _fold(self, gaps: F64) -> None:
         gaps = gaps[~np.isnan(gaps)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
@@ -121,4 +122,9 @@ def test_run_ends_match_pass_by_pass(batch: int, active0: int, passes: int, star
     for i in range(passes):
         t = t + timing.decode_ms(batch, active0 + i * batch)
         expected.append(t)
-    assert timing.run_ends(start, batch, active0, passes).tolist() == expected
+    ends = timing.run_ends(start, batch, active0, passes)
+    assert ends.tolist() == expected
+    # the array itself as np.array of the floats builds it: dtype, shape, writable, bit for bit
+    plain = np.array(expected, dtype=np.float64)
+    assert ends.dtype == plain.dtype and ends.shape == plain.shape and ends.flags.writeable
+    assert ends.tobytes() == plain.tobytes()

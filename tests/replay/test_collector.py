@@ -316,3 +316,38 @@ def test_gap_split_is_the_same_gaps_one_by_one(c: int, prev: list[float]) -> Non
         sk.flush()
     assert split.itl.stats() == plain.itl.stats() and split.itl.count == 100 + 7 + c + len(prev) + 2
     assert split.per_user.stats() == plain.per_user.stats()
+
+
+
+def _runs_vs_gaps(runs: list[tuple[list[float], int]], start: float) -> None:
+    staged, plain = GapSketches(), GapSketches()
+    for durations, weight in runs:
+        times = np.array(durations, dtype=np.float64)
+        times[0] += start
+        np.add.accumulate(times, out=times)  # back-to-back passes
+        staged.add_run(times, weight)
+        for a, b in zip(times.tolist(), times[1:].tolist()):
+            plain.add_same(b - a, weight)
+        start = float(times[-1])
+    assert staged.itl_stats() == plain.itl_stats() and staged.itl.count == plain.itl.count
+    assert staged.per_user_stats() == plain.per_user_stats()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.floats(0.0, 50.0), min_size=1, max_size=40), st.integers(1, 90)),
+                min_size=1, max_size=30),
+       st.floats(0.0, 1e6))
+def test_runs_fold_as_their_gaps_one_by_one(runs: list[tuple[list[float], int]], start: float) -> None:
+    """``add_run`` (a bulk run's end times, staged as they are and subtracted once a flush
+    joins the staged runs) folds what ``add_same`` of each gap between consecutive end times
+    does."""
+    _runs_vs_gaps(runs, start)
+
+
+def test_runs_fold_as_their_gaps_past_the_staging_buffer() -> None:
+    """The same across many flushes of the staging buffer and for a run longer than it."""
+    rng = np.random.default_rng(3)
+    runs = [(rng.uniform(5.0, 40.0, int(n)).tolist(), int(w))
+            for n, w in zip(rng.integers(1, 3000, 40), rng.integers(1, 200, 40))]
+    runs.insert(7, (rng.uniform(5.0, 40.0, 20_000).tolist(), 3))
+    _runs_vs_gaps(runs, 1234.5)
