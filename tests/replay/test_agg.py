@@ -150,8 +150,19 @@ def test_aggregated_bulk_runs_match_under_pressure(tmp_path: Path, engine: str, 
     values = {"synthetic": n, "rate": rate, "isl_mean": isl, "osl_mean": osl, "turns": turns, "seed": seed,
               "engine": engine, "block_size": 16, "num_gpu_blocks": blocks, "max_num_seqs": seqs,
               "workers": workers}
-    try:
-        bulk, per_pass = _agg_both_ways(values, tmp_path)
-    except ValueError:
-        return  # a prompt larger than the pool: refused alike both ways
+    from dmocker.replay import run_pass_by_pass
+    from dmocker.replay.errors import DeadEndError
+
+    stops = []
+    for replay in (run, run_pass_by_pass):
+        try:
+            replay(ReplayConfig.from_values({**values, "mode": "agg"}))
+            stops.append("")
+        except (ValueError, DeadEndError) as exc:
+            # a prompt larger than the pool is refused; one whose output outgrows it dead-ends
+            stops.append(f"{type(exc).__name__}: {exc}")
+    assert stops[0] == stops[1]  # alike both ways
+    if stops[0]:
+        return
+    bulk, per_pass = _agg_both_ways(values, tmp_path)
     assert bulk == per_pass
