@@ -21,6 +21,7 @@ wrote without them; the summary gains ``worker_timers`` only when one fired.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable
 
 from dmocker.engines.interface import LifecycleEvent
@@ -31,6 +32,41 @@ from .report import JsonValue
 from .runtime import DisaggRuntime
 
 __all__ = ["WorkerTimers"]
+
+
+class _Deadlines:
+    """One kind of timer for every request, as a queue: every timer of a kind runs the same
+    time, so they fall due in the order they were armed, and one event on the runtime's heap
+    (for the earliest) stands for all of them -- a replay arms one per request, and a heap
+    entry per request would cost as much as the rest of the run."""
+
+    __slots__ = ("_runtime", "_delay_ms", "_fire", "_queue", "_armed")
+
+    def __init__(self, runtime: DisaggRuntime, delay_ms: float, fire: Callable[[int, float], None]) -> None:
+        self._runtime = runtime
+        self._delay_ms = delay_ms
+        self._fire = fire  # (request id, the time the timer was armed)
+        self._queue: deque[tuple[float, int, float]] = deque()  # (due, request id, armed at)
+        self._armed = False
+
+    def arm(self, request_id: int, now_ms: float) -> None:
+        self._queue.append((now_ms + self._delay_ms, request_id, now_ms))
+        if not self._armed:
+            self._schedule()
+
+    def _schedule(self) -> None:
+        self._armed = True
+        self._runtime.control.at_idle(self._queue[0][0], self._due)
+
+    def _due(self) -> None:
+        queue = self._queue
+        now = self._runtime.now_ms
+        while queue and queue[0][0] <= now:
+            _, request_id, armed = queue.popleft()
+            self._fire(request_id, armed)
+        self._armed = False
+        if queue:
+            self._schedule()
 
 
 class WorkerTimers:
@@ -55,7 +91,7 @@ class WorkerTimers:
     def attach(self, runtime: DisaggRuntime) -> None:
         self._runtime = runtime
         if self.abort_timeout_s is not None:
-            abort_ms = self.abort_timeout_s * 1000.0
+            expiries = _Deadlines(runtime, self.abort_timeout_s * 1000.0, self._expire)
             previous = runtime.effects.held_sink
 
             def held(events: tuple[LifecycleEvent, ...], now_ms: float) -> None:
@@ -65,16 +101,12 @@ class WorkerTimers:
                     if isinstance(ev, SourceHeld):
                         rid = ev.handoff_id
                         assert isinstance(rid, int)  # the replay's handoff ids are its request ids
-                        runtime.control.at_idle(now_ms + abort_ms, self._expiry(rid, now_ms))
+                        expiries.arm(rid, now_ms)
 
             runtime.effects.held_sink = held
         if self.waiting_timeout_s is not None:
-            wait_ms = self.waiting_timeout_s * 1000.0
-
-            def reserved(request_id: int, now_ms: float) -> None:
-                runtime.control.at_idle(now_ms + wait_ms, self._wait_timeout(request_id, now_ms))
-
-            runtime.handoffs.reserved_sink = reserved
+            runtime.handoffs.reserved_sink = _Deadlines(runtime, self.waiting_timeout_s * 1000.0,
+                                                        self._time_out_wait).arm
 
     def _fail(self, request_id: int, blocks: int, since_ms: float) -> bool:
         runtime = self._runtime
@@ -87,29 +119,23 @@ class WorkerTimers:
             self.causes[request_id] = FaultCause.TRANSFER_TIMEOUT
         return True
 
-    def _expiry(self, request_id: int, held_ms: float) -> Callable[[], None]:
-        def fire() -> None:
-            assert self._runtime is not None
-            req = self._runtime.table.live.get(request_id)
-            # read in time (its destination was reserved and the transfer started), or over
-            if req is None or req.destination_reserved_ms is not None or req.terminal_ms is not None:
-                return
-            if self._fail(request_id, math.ceil((req.held_tokens or 0) / self.prefill_block), held_ms):
-                self.source_expirations += 1
+    def _expire(self, request_id: int, held_ms: float) -> None:
+        assert self._runtime is not None
+        req = self._runtime.table.live.get(request_id)
+        # read in time (its destination was reserved and the transfer started), or over
+        if req is None or req.destination_reserved_ms is not None or req.terminal_ms is not None:
+            return
+        if self._fail(request_id, math.ceil((req.held_tokens or 0) / self.prefill_block), held_ms):
+            self.source_expirations += 1
 
-        return fire
-
-    def _wait_timeout(self, request_id: int, reserved_ms: float) -> Callable[[], None]:
-        def fire() -> None:
-            assert self._runtime is not None
-            req = self._runtime.table.live.get(request_id)
-            # the KV started to arrive (the source is held: the transfer began), or over
-            if req is None or req.source_held_ms is not None or req.terminal_ms is not None:
-                return
-            if self._fail(request_id, math.ceil(req.turn.input_length / self.decode_block), reserved_ms):
-                self.destination_timeouts += 1
-
-        return fire
+    def _time_out_wait(self, request_id: int, reserved_ms: float) -> None:
+        assert self._runtime is not None
+        req = self._runtime.table.live.get(request_id)
+        # the KV started to arrive (the source is held: the transfer began), or over
+        if req is None or req.source_held_ms is not None or req.terminal_ms is not None:
+            return
+        if self._fail(request_id, math.ceil(req.turn.input_length / self.decode_block), reserved_ms):
+            self.destination_timeouts += 1
 
     def summary_fields(self) -> dict[str, JsonValue]:
         """The summary's ``worker_timers`` section (only added when a timer fired)."""
