@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -29,7 +29,11 @@ from .report import JsonValue
 from .routing import Router
 from .runtime import ClusterControl
 
-__all__ = ["InvariantBreak", "EndOfRun", "EndState", "check_end_of_run", "failures_by_cause", "MAX_IDS"]
+if TYPE_CHECKING:  # the conformance package is loaded only when a log is checked
+    from dmocker.conformance import ConformanceResult
+
+__all__ = ["InvariantBreak", "EndOfRun", "EndState", "check_end_of_run", "conformance_break", "failures_by_cause",
+           "MAX_IDS"]
 
 MAX_IDS = 10
 
@@ -215,7 +219,11 @@ def _event_log_problem(path: str | os.PathLike[str], order: HandoffOrder) -> Inv
     v = Validator(order, max_listed=MAX_IDS)
     with open(path, encoding="utf-8") as fh:
         check_native(fh, v, keep_going=True)
-    r = v.result()
+    return conformance_break(v.result())
+
+
+def conformance_break(r: ConformanceResult) -> InvariantBreak | None:
+    """The ``event_log_conforms`` break of a validated event log (None when it conforms)."""
     if r.exit_code == 0:
         return None
     ids: list[int] = []

@@ -238,7 +238,7 @@ class LiveCluster:
             return False
         self._prefill_attached.add(request_id)
         if self._bootstrap_ms is not None and request_id not in self._attached:
-            self.runtime.control.at(now_ms + self._bootstrap_ms, self._pair_timer(request_id))
+            self.runtime.control.at_idle(now_ms + self._bootstrap_ms, self._pair_timer(request_id))
         routing = self.runtime.routing
 
         def land() -> None:

@@ -5,7 +5,8 @@ stands where the log is written: it feeds each line to the conformance
 :class:`~dmocker.conformance.Validator` -- the same one ``dmocker conform`` runs on the file
 afterwards -- and passes it on to the file when one was asked for (``--events``).  A handoff
 that breaks a rule is reported at once (the ``report`` callback: ``/metrics`` and the server's
-log) and listed in the summary at shutdown.
+log) and listed in the summary at shutdown, where the whole log's verdict is the end-of-run
+``event_log_conforms`` check (the file is not read again).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
-from dmocker.conformance import LogError, Validator, Violation, parse_line
+from dmocker.conformance import ConformanceResult, LogError, Validator, Violation, parse_line
 from dmocker.handoff import HandoffOrder
 from dmocker.replay.report import JsonValue
 
@@ -66,6 +67,10 @@ class LiveCheck:
             self.listed.append(violation)
         if self._report is not None:
             self._report(violation)
+
+    def result(self) -> ConformanceResult:
+        """The whole log's verdict so far, as ``dmocker conform`` gives it (open handoffs included)."""
+        return self._validator.result()
 
     @property
     def ok(self) -> bool:

@@ -19,7 +19,7 @@ from dmocker.handoff import HandoffOrder, order_for_engine
 from dmocker.conformance import Violation
 from dmocker.replay.config import ClusterMode, ReplayConfig
 from dmocker.replay.end_of_run import prepare
-from dmocker.replay.invariants import InvariantBreak
+from dmocker.replay.invariants import conformance_break
 from dmocker.replay.live import LiveCluster
 from dmocker.replay.report import JsonValue, stable_json
 
@@ -84,7 +84,8 @@ class ServeOptions:
             raise ValueError("--worker-crash: with --front workers the proxy in front chooses the workers; "
                              "crash workers behind dmocker's own front")
         # the fault plan and a user's coordinator, checked as the replay checks them
-        prepare(faults, config.coordinator, prefill_args=config.engine_args()[0], decode_args=config.engine_args()[1],
+        prefill_args, decode_args = config.engine_args()
+        prepare(faults, config.coordinator, prefill_args=prefill_args, decode_args=decode_args,
                 prefill_workers=n_p, decode_workers=n_d, num_requests=capacity)
         # the workers, and with SGLang's order each prefill worker's bootstrap server
         sglang = order_for_engine(config.engine) is HandoffOrder.DESTINATION_FIRST
@@ -217,14 +218,13 @@ async def serve(options: ServeOptions, stop: asyncio.Event, *, started: Callable
     for w in (records_w, events_w):
         if w is not None:
             w.commit()
-    summary = live.finish(options.events)
+    summary = live.finish()  # the log's verdict is the live check's: the file is not read again
     summary["live_check"] = check.summary()
-    if not check.ok:
+    problem = conformance_break(check.result())
+    if problem is not None:
         breaks = summary.get("invariant_breaks")
         if isinstance(breaks, list):
-            ids = sorted({v.handoff for v in check.listed if isinstance(v.handoff, int)})
-            breaks.append(InvariantBreak("conforms_to_spec", f"{sum(check.by_rule.values())} handoff(s) broke the "
-                                         "spec as they ran", tuple(ids[:10])).to_json())
+            breaks.append(problem.to_json())
         summary["invariants_ok"] = False
     if options.out is not None:
         report: dict[str, JsonValue] = {"summary": summary, "config": options.config.to_json(outputs=False)}

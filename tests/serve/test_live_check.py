@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from dmocker.conformance import Violation
 from dmocker.handoff import HandoffOrder
 from dmocker.replay import ReplayConfig, run
+from dmocker.replay.invariants import conformance_break
 from dmocker.serve.live_check import LiveCheck
 
 
@@ -39,6 +40,7 @@ def test_a_conforming_log_passes_in_any_pieces_and_is_forwarded_unchanged(cuts: 
     assert check.ok and check.by_rule == {}
     assert "".join(forwarded) == text
     assert check.summary()["events_checked"] == text.count("\n")
+    assert conformance_break(check.result()) is None
 
 
 def test_a_broken_handoff_is_reported_with_its_request_and_rule(tmp_path: Path) -> None:
@@ -55,6 +57,8 @@ def test_a_broken_handoff_is_reported_with_its_request_and_rule(tmp_path: Path) 
         listed = check.summary()["violations_listed"]
         assert isinstance(listed, list) and listed[0]["request_id"] == 1  # type: ignore[index]
         assert "not allowed" in seen[0].message
+        problem = conformance_break(check.result())  # the end-of-run verdict the server adds
+        assert problem is not None and problem.invariant == "event_log_conforms" and 1 in problem.request_ids
 
 
 _LOGS: dict[str, str] = {}
