@@ -23,8 +23,9 @@ FORMAT_VERSION: Final = "1.0"
 HEADER_KEY: Final = "dmocker_event_log"
 
 _SPEC = load_spec()
-#: The event vocabulary: the spec's observable kinds (spec ``observable``), read at import.
-EVENT_KINDS: Final = _SPEC.observable_kinds
+#: The event vocabulary: the spec's observable kinds, then its worker kinds (spec ``observable``),
+#: read at import.
+EVENT_KINDS: Final = _SPEC.log_kinds
 #: The kind that carries the completion in ``detail`` (``completed``) and its details.
 COMPLETION_KIND: Final = _SPEC.completion_kind
 COMPLETED_DETAILS: Final = _SPEC.completed_details

@@ -71,6 +71,12 @@ class ViolationLog:
             if kind is ViolationKind.EVENT_AFTER_COMPLETION:
                 message = (f"{shown} after the handoff completed; "
                            + (f"the spec allows only {', '.join(allowed)} there" if allowed else "the spec allows nothing more"))
+            elif symbol in proj.worker_kinds:
+                message = (f"{shown} is not allowed here: the spec's worker kind happens only when "
+                           f"{proj.worker_kinds[symbol].describe_when()}; the spec allows "
+                           f"{', '.join(allowed) or 'nothing'}")
+            elif symbol in proj.other_orders_worker_kinds:
+                message = f"{shown} is not allowed here: the spec's worker kind happens only in {proj.other_orders_worker_kinds[symbol]}"
             else:
                 message = f"{shown} is not allowed here; the spec allows {', '.join(allowed) or 'nothing'}"
         violation = Violation(handoff, order, kind, line, t_ms, shown, proj.describe(trie.dfa[node]), allowed,

@@ -17,7 +17,13 @@ silent closure) so that validating a log is one dict lookup per event.  The symb
 spec's observable kinds, with ``completed`` split by its detail (``completed:success`` and
 ``completed:canceled``) because the two lead to different futures.
 
-Nothing here is a second hand-written table: every edge comes from ``compile_table``.
+The spec's worker kinds (``observable.worker_kinds``: a timer fired, a fault hit a worker) are
+not coordinator steps: each is a self-loop of every coordinator state its ``when`` admits, so it
+may appear there and changes nothing.  They are kept out of ``allowed`` (what the coordinator
+may do next), so generated lifecycles and "expected next" lists are the coordinator's alone.
+
+Nothing here is a second hand-written table: every edge comes from ``compile_table`` and the
+spec's ``worker_kinds``.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from dmocker.handoff import ProtocolSpec, derived, load_spec
+from dmocker.handoff import ProtocolSpec, WorkerKind, derived, load_spec
 from dmocker.handoff import CompiledTable, Step, compile_table
 from dmocker.handoff import HandoffOrder
 from dmocker.conformance.events import COMPLETION_KIND
@@ -78,10 +84,16 @@ class Projection:
     ``initial`` and ``symbols``.
     """
 
-    def __init__(self, table: CompiledTable, symbols: tuple[str, ...]) -> None:
+    def __init__(self, table: CompiledTable, symbols: tuple[str, ...],
+                 worker_kinds: tuple[WorkerKind, ...] = ()) -> None:
         self.table = table
         self.order = table.order
         self.symbols = symbols
+        #: the worker kinds this order's logs may carry (``observable.worker_kinds``)
+        self.worker_kinds = {k.name: k for k in worker_kinds if self.order in k.orders}
+        #: the other worker kinds -> the orders they belong to, for error messages
+        self.other_orders_worker_kinds = {k.name: " and ".join(f"{o.value} handoffs" for o in k.orders)
+                                          for k in worker_kinds if self.order not in k.orders}
         self._moves: dict[Node, tuple[tuple[str | None, _Edge], ...]] = {}
         self.states: list[DfaState] = []
         self._build()
@@ -137,6 +149,10 @@ class Projection:
     def is_accepting_node(self, node: Node) -> bool:
         return not node[1] and self.table.is_complete(node[0])
 
+    def worker_kind_holds(self, kind: WorkerKind, node: Node) -> bool:
+        """Whether ``kind`` may appear at ``node``: between coordinator steps, in a state it admits."""
+        return not node[1] and kind.holds_in(self.table.region_states(node[0]))
+
     # --- subset construction ------------------------------------------------------------------
 
     def _build(self) -> None:
@@ -169,6 +185,10 @@ class Projection:
             unknown = sorted(set(targets) - set(self.symbols))
             if unknown:
                 raise ValueError(f"the table logs kinds the spec does not list as observable: {unknown}")
+            own = len(raw)
+            for name, kind in self.worker_kinds.items():
+                if any(self.worker_kind_holds(kind, node) for node in subset):
+                    trans[name] = own
             raw.append((subset, trans))
         for i, (subset, trans) in enumerate(raw):
             nodes = tuple(sorted(subset))
@@ -179,7 +199,7 @@ class Projection:
                     nodes=nodes,
                     accepting=accepting,
                     after_completion=all(self.is_accepting_node(n) for n in nodes),
-                    allowed=tuple(s for s in self.symbols if s in trans),
+                    allowed=tuple(s for s in self.symbols if s in trans and s not in self.worker_kinds),
                     transitions=trans,
                 )
             )
@@ -241,6 +261,10 @@ class Projection:
         empty: frozenset[str] = frozenset()
         front = close({(self.table.initial, ()): (empty, empty)})
         for symbol in symbols:
+            worker_kind = self.worker_kinds.get(symbol)
+            if worker_kind is not None:  # a self-loop: keeps the paths where it may appear
+                front = {node: sets for node, sets in front.items() if self.worker_kind_holds(worker_kind, node)}
+                continue
             nxt: dict[Node, Sets] = {}
             for node in sorted(front):
                 sets = front[node]
@@ -262,7 +286,7 @@ class Projection:
 def spec_symbols(spec: ProtocolSpec) -> tuple[str, ...]:
     """The projection's alphabet in the spec's order, ``completed`` split by detail."""
     out: list[str] = []
-    for kind in spec.observable_kinds:
+    for kind in spec.log_kinds:
         if kind == COMPLETED:
             out.extend(completed_symbol(d) for d in spec.completed_details)
         else:
@@ -274,7 +298,7 @@ def projection_for(order: HandoffOrder, spec: ProtocolSpec | None = None) -> Pro
     """The determinised projection of ``order`` (built once per spec object and order)."""
     the_spec = spec if spec is not None else load_spec()
     return derived(the_spec, ("projection", order),
-                   lambda: Projection(compile_table(the_spec, order), spec_symbols(the_spec)))
+                   lambda: Projection(compile_table(the_spec, order), spec_symbols(the_spec), the_spec.worker_kinds))
 
 
 def success_lifecycle(projection: Projection) -> tuple[str, ...]:

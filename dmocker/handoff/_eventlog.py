@@ -4,7 +4,9 @@ The spec's compiled table says which observable kinds each step produces (``Step
 the transitions' and rules' ``log``); the spec's ``observable`` section says on which side each
 kind happens (``sides``: the ``worker`` field names a prefill worker for source kinds, a decode
 worker for destination kinds) and which kind carries the completion (``completion_kind``).
-Both the cluster replay and the conformance fixture write their logs through
+The kinds a worker logs on its own clock (``observable.worker_kinds``) go through
+:meth:`EventLogWriter.log_worker`.  Both the cluster replay and the conformance fixture write
+their logs through
 :class:`EventLogWriter`, so a log line is shaped in one place (spec/event-log.schema.json).
 
 A line is compact JSON with sorted keys and times rounded to 6 decimals (as every dmocker
@@ -34,7 +36,7 @@ class EventLogWriter:
     a step that produces no observable kind writes nothing.
     """
 
-    __slots__ = ("_write", "_engine", "_source", "_destination", "_completion_kind")
+    __slots__ = ("_write", "_engine", "_source", "_destination", "_completion_kind", "_worker_sides")
 
     def __init__(self, write: Callable[[str], object], engine: str, spec: ProtocolSpec | None = None) -> None:
         the_spec = spec if spec is not None else load_spec()
@@ -43,6 +45,7 @@ class EventLogWriter:
         self._source = frozenset(the_spec.kinds_on_side("source"))
         self._destination = frozenset(the_spec.kinds_on_side("destination"))
         self._completion_kind = the_spec.completion_kind
+        self._worker_sides = {k.name: k.side for k in the_spec.worker_kinds}
 
     def log(
         self,
@@ -79,6 +82,22 @@ class EventLogWriter:
                 line["detail"] = completion.value
             self._write(_dumps(line) + "\n")
         return entry.logs
+
+    def log_worker(self, t_ms: float, handoff_id: int | str, kind: str, worker: int = -1) -> None:
+        """Write a kind a worker logs on its own (spec ``observable.worker_kinds``): a timer fired,
+        a fault hit it.  ``worker`` (-1: none) is on the kind's side; an unknown kind is a ValueError."""
+        side = self._worker_sides.get(kind)
+        if side is None:
+            raise ValueError(f"{kind!r} is not a worker kind of the spec (observable.worker_kinds: "
+                             f"{', '.join(sorted(self._worker_sides))})")
+        r = round(t_ms, 6)
+        line: dict[str, object] = {"handoff": handoff_id, "t_ms": 0.0 if r == 0 else r, "event": kind,
+                                   "engine": self._engine}
+        if worker >= 0 and side == "source":
+            line["worker"] = f"prefill-{worker}"
+        elif worker >= 0 and side == "destination":
+            line["worker"] = f"decode-{worker}"
+        self._write(_dumps(line) + "\n")
 
 
 __all__ = ["EventLogWriter"]

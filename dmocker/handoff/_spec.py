@@ -180,6 +180,30 @@ class EngineEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkerKind:
+    """An event-log kind a worker writes on its own (its timer fired, a fault hit it), not a
+    coordinator step: it moves no coordinator state, may appear only while the coordinator is
+    in a state ``when`` admits, and precedes the ``fact`` it delivers (None: it delivers none)."""
+
+    name: str
+    side: str
+    orders: tuple[HandoffOrder, ...]
+    fact: str | None
+    #: region -> the states it may be in, for the regions the kind constrains
+    when: tuple[tuple[str, tuple[str, ...]], ...]
+    doc: str
+    sources: tuple[str, ...]
+
+    def holds_in(self, states: Mapping[str, str]) -> bool:
+        """Whether a coordinator in ``states`` (region -> state) may see this kind now."""
+        return all(states[region] in allowed for region, allowed in self.when)
+
+    def describe_when(self) -> str:
+        """``when`` as a reader sees it: ``mode in [active] and source in [held]``."""
+        return " and ".join(f"{region} in [{', '.join(allowed)}]" for region, allowed in self.when)
+
+
+@dataclass(frozen=True, slots=True)
 class Invariant:
     """A safety property the monitor checks on every step, with its parameters."""
 
@@ -220,6 +244,8 @@ class ProtocolSpec:
     completion_kind: str = "completed"
     #: the engines event logs and engine arguments name, in spec order (``engines``)
     engines: tuple[EngineEntry, ...] = ()
+    #: the kinds workers log on their own clocks (``observable.worker_kinds``), in spec order
+    worker_kinds: tuple[WorkerKind, ...] = ()
     #: What consumers derive from this spec (compiled tables, projections), see :func:`derived`.
     #: Held by the spec itself, so it lives and dies with it; never part of equality or repr.
     _derived: dict[Hashable, object] = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
@@ -233,6 +259,18 @@ class ProtocolSpec:
     def fault_facts(self) -> tuple[FactSpec, ...]:
         """The terminal facts a replay's faults deliver (those with a ``fault``), in spec order."""
         return tuple(f for f in self.facts if f.fault is not None)
+
+    @property
+    def log_kinds(self) -> tuple[str, ...]:
+        """Every kind an event log may carry: the coordinator's, then the workers' own."""
+        return self.observable_kinds + tuple(k.name for k in self.worker_kinds)
+
+    def worker_kind(self, name: str) -> WorkerKind | None:
+        """The worker kind named ``name``, or None when it is not one."""
+        for kind in self.worker_kinds:
+            if kind.name == name:
+                return kind
+        return None
 
     def kinds_on_side(self, side: str) -> tuple[str, ...]:
         """The observable kinds that happen on ``side`` (``source``, ``destination`` or ``none``)."""

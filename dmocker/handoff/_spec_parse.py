@@ -26,6 +26,7 @@ from dmocker.handoff._spec import (
     Region,
     SpecError,
     Transition,
+    WorkerKind,
     invariant_shape_problems,
 )
 from dmocker.handoff._types import Completion, HandoffErrorKind, HandoffOrder
@@ -218,6 +219,8 @@ def parse_spec(raw: object, path: str = "<spec>") -> ProtocolSpec:
     for detail in details:
         if detail not in {c.value for c in Completion}:
             raise ctx.fail("observable.completed_details", f"unknown completion {detail!r}")
+    worker_kinds = _parse_worker_kinds(ctx, observable.get("worker_kinds", {}), kinds, orders_raw,
+                                       fact_names, region_states)
 
     def parse_transition(raw_t: object, element: str, is_rule: bool, events: set[str]) -> Transition:
         tobj = ctx.obj(raw_t, element)
@@ -393,7 +396,51 @@ def parse_spec(raw: object, path: str = "<spec>") -> ProtocolSpec:
         observable_sides=sides,
         completion_kind=completion_kind,
         engines=_parse_engines(ctx, top.get("engines", {}), orders_raw),
+        worker_kinds=worker_kinds,
     )
+
+
+def _parse_worker_kinds(ctx: _Ctx, raw: object, kinds: tuple[str, ...], orders: dict[str, object],
+                        facts: set[str], region_states: dict[str, tuple[str, ...]]) -> tuple[WorkerKind, ...]:
+    """``observable.worker_kinds`` (optional): name -> ``{"side", "orders"?, "fact", "when", "doc",
+    "sources"}``; a name is new (not a coordinator kind), ``when`` names declared regions and
+    states, ``fact`` a declared fact or null."""
+    known = ("side", "orders", "fact", "when", "doc", "sources")
+    out: list[WorkerKind] = []
+    for name, value in ctx.obj(raw, "observable.worker_kinds").items():
+        if name == "doc":
+            continue
+        el = f"observable.worker_kinds.{name}"
+        if name in kinds:
+            raise ctx.fail(el, "a worker kind is not also a coordinator kind (observable.kinds)")
+        obj = ctx.obj(value, el)
+        unknown = sorted(set(obj) - set(known))
+        if unknown:
+            raise ctx.fail(el, f"unknown field {unknown[0]!r} (known: {', '.join(map(repr, known))})")
+        side = ctx.string(ctx.get(obj, "side", el), f"{el}.side")
+        if side not in OBSERVABLE_SIDES:
+            raise ctx.fail(f"{el}.side", f"unknown side {side!r} (one of {list(OBSERVABLE_SIDES)})")
+        order_names = ctx.strings(obj.get("orders", list(orders)), f"{el}.orders")
+        for order in order_names:
+            if order not in orders:
+                raise ctx.fail(f"{el}.orders", f"unknown order {order!r} (declared: {sorted(orders)})")
+        fact_raw = ctx.get(obj, "fact", el)
+        fact = None if fact_raw is None else ctx.string(fact_raw, f"{el}.fact")
+        if fact is not None and fact not in facts:
+            raise ctx.fail(f"{el}.fact", f"unknown fact {fact!r}")
+        when: list[tuple[str, tuple[str, ...]]] = []
+        for region, states_raw in ctx.obj(ctx.get(obj, "when", el), f"{el}.when").items():
+            states = ctx.strings(states_raw, f"{el}.when.{region}")
+            if region not in region_states:
+                raise ctx.fail(f"{el}.when", f"unknown region {region!r}")
+            for state in states:
+                if state not in region_states[region]:
+                    raise ctx.fail(f"{el}.when.{region}", f"unknown state {state!r}")
+            when.append((region, states))
+        out.append(WorkerKind(name=name, side=side, orders=tuple(HandoffOrder(o) for o in order_names), fact=fact,
+                              when=tuple(when), doc=ctx.string(ctx.get(obj, "doc", el), f"{el}.doc"),
+                              sources=ctx.strings(obj.get("sources", []), f"{el}.sources")))
+    return tuple(out)
 
 
 def _parse_engines(ctx: _Ctx, raw: object, orders: dict[str, object]) -> tuple[EngineEntry, ...]:

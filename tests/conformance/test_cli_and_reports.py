@@ -85,21 +85,29 @@ def test_report_is_byte_identical_across_hash_seeds(tmp_path: Path) -> None:
 def test_schema_and_docs_agree_with_the_spec() -> None:
     spec = load_spec()
     schema = json.loads((REPO / "spec/event-log.schema.json").read_text(encoding="utf-8"))
-    assert schema["$defs"]["event"]["properties"]["event"]["enum"] == list(EVENT_KINDS) == list(spec.observable_kinds)
+    assert schema["$defs"]["event"]["properties"]["event"]["enum"] == list(EVENT_KINDS) == list(spec.log_kinds)
     produced: dict[str, set[str]] = {}
     for t in (*spec.transitions, *spec.rules):
         if t.log:
             produced.setdefault(t.log, set()).add(t.id)
     doc = (REPO / "docs/conformance.md").read_text(encoding="utf-8")
     rows = re.findall(r"^\| `(\w+)` \| [^|]+ \| (.+) \|$", doc, flags=re.M)
-    table = {event: cell for event, cell in rows if event in EVENT_KINDS}
-    assert set(table) == set(EVENT_KINDS)
+    table = {event: cell for event, cell in rows if event in spec.observable_kinds}
+    assert set(table) == set(spec.observable_kinds)
     for event, cell in table.items():
         ids = set(re.findall(r"`(\w+)`", cell))
         wildcard = [w[:-1] for w in re.findall(r"`(\w+\*)`", cell)]
         expected = produced[event]
         covered = ids | {t for t in expected for w in wildcard if t.startswith(w)}
         assert covered >= expected and ids - {w + "*" for w in wildcard} <= expected | set(), (event, ids, expected)
+    worker_rows = re.findall(r"^\| `(\w+)` \| ([^|]+) \| (\w+) \| ([^|]+) \| ([^|]+) \|$", doc, flags=re.M)
+    documented = {row[0]: row[1:] for row in worker_rows if spec.worker_kind(row[0]) is not None}
+    assert list(documented) == [k.name for k in spec.worker_kinds]
+    for kind in spec.worker_kinds:
+        orders, side, when, then = documented[kind.name]
+        assert orders == ", ".join(o.value for o in kind.orders) and side == kind.side, kind.name
+        assert when == kind.describe_when(), kind.name
+        assert then.startswith(f"fact {kind.fact}" if kind.fact else "nothing"), kind.name
 
 
 @pytest.mark.slow  # jsonschema over every line of the suite

@@ -131,12 +131,21 @@ def test_projection_is_finite_and_lifecycles_match_the_spec() -> None:
                  "SourceReleased": "source_released", "Completed": "completed:success"}
         normalized = [names[n] for n in spec.lifecycle(order)]
         assert [s for s in lifecycle if s in normalized] == normalized
-        # Acyclic: a DFS never revisits a state on its own path.
+        # Acyclic but for the worker kinds, each a self-loop: a DFS over the coordinator's
+        # symbols never revisits a state on its own path.
         def dfs(d: int, path: set[int]) -> None:
             assert d not in path
-            for nxt in proj.states[d].transitions.values():
-                dfs(nxt, path | {d})
+            state = proj.states[d]
+            for symbol, nxt in state.transitions.items():
+                if symbol in proj.worker_kinds:
+                    assert nxt == d and symbol not in state.allowed
+                else:
+                    dfs(nxt, path | {d})
         dfs(proj.initial, set())
+        # Every worker kind of the order may appear somewhere, and none of another order anywhere.
+        loops = {s for state in proj.states for s in state.transitions if s in proj.worker_kinds}
+        assert loops == {k.name for k in spec.worker_kinds if order in k.orders}
+        assert not any(s in proj.other_orders_worker_kinds for state in proj.states for s in state.transitions)
 
 
 def test_after_completion_rules() -> None:

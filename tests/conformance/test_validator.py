@@ -38,8 +38,8 @@ def slow(lines: list[str], order: HandoffOrder | None = None) -> ConformanceResu
     return validate_events(parsed, order)
 
 
-def test_vocabulary_is_the_spec_observable_kinds() -> None:
-    assert tuple(load_spec().observable_kinds) == EVENT_KINDS
+def test_vocabulary_is_the_spec_log_kinds() -> None:
+    assert tuple(load_spec().log_kinds) == EVENT_KINDS
 
 
 def test_clean_handoff_conforms_and_reports_lifecycle() -> None:

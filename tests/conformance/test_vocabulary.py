@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_parser_and_fast_path_speak_the_spec() -> None:
     spec = load_spec()
-    assert events.EVENT_KINDS == spec.observable_kinds
+    assert events.EVENT_KINDS == spec.log_kinds == spec.observable_kinds + tuple(k.name for k in spec.worker_kinds)
     assert events.COMPLETED_DETAILS == spec.completed_details
     assert events.COMPLETION_KIND == spec.completion_kind
     fast = set(stream._SIMPLE_KINDS) | set(stream._COMPLETED_SYMBOLS.values())  # noqa: SLF001
@@ -48,7 +48,7 @@ def test_schema_speaks_the_spec() -> None:
     spec = load_spec()
     schema = json.loads((REPO / "spec/event-log.schema.json").read_text(encoding="utf-8"))
     event = schema["$defs"]["event"]
-    assert event["properties"]["event"]["enum"] == list(spec.observable_kinds)
+    assert event["properties"]["event"]["enum"] == list(spec.log_kinds)
     assert event["if"]["properties"]["event"]["const"] == spec.completion_kind
     assert event["then"]["properties"]["detail"]["enum"] == list(spec.completed_details)
 
