@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from dmocker.models.dtypes import KvCacheDtype
 from dmocker.replay.config import DEFAULT_SYNTHETIC, NAMES, SOURCE, ConfigError, ReplayConfig
 from dmocker.replay.config_file import field_line, load_config
+from dmocker.replay.config_sections import KvLoadFailurePolicy
 from dmocker.replay.routing import QueuePolicy, RouterConfig
 from dmocker.replay.workload.formats import TraceFormat
 
@@ -97,9 +98,22 @@ FLAGS: tuple[tuple[str, tuple[Flag, ...]], ...] = (
              "after its prefill, as vLLM after VLLM_NIXL_ABORT_REQUEST_TIMEOUT (default 480): in a replay one whose "
              "destination was not reserved (the handoff fails); in dmocker serve --front workers one whose decode "
              "leg has not come", metavar="S"),
+        Flag("--kv-load-failure-policy", str, "source-first (vLLM): when the source freed the KV before it was "
+             "read, the destination fails the request or recomputes the prompt (vLLM's kv_load_failure_policy; "
+             "default fail)", choices=tuple(p.value for p in KvLoadFailurePolicy)),
+        Flag("--disaggregation-bootstrap-timeout-s", float_arg, "destination-first (SGLang): the source gives up on "
+             "a request whose destination has not made room for it this long after accepting it, as SGLang after "
+             "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT (default 300); in dmocker serve --front workers, a prefill leg "
+             "whose decode leg has not come", metavar="S"),
         Flag("--disaggregation-waiting-timeout-s", float_arg, "destination-first (SGLang): a destination fails a "
-             "reservation whose KV has not started to arrive this long after it was reserved, as SGLang after "
+             "reservation whose KV has not fully arrived this long after it was reserved, as SGLang after "
              "SGLANG_DISAGGREGATION_WAITING_TIMEOUT (default 300)", metavar="S"),
+        Flag("--disaggregation-heartbeat-interval-s", float_arg, "destination-first (SGLang): seconds between a "
+             "destination's heartbeat probes of each prefill worker (SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL; "
+             "default 5)", metavar="S"),
+        Flag("--disaggregation-heartbeat-max-failure", int_arg, "destination-first (SGLang): failed probes in a row "
+             "after which the transfers from that prefill worker fail (SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE; "
+             "default 2)", metavar="N"),
     )),
     ("replay", (
         Flag("--trace-block-size", int_arg, "tokens per trace hash id (default 512)"),
@@ -131,6 +145,12 @@ FLAGS: tuple[tuple[str, tuple[Flag, ...]], ...] = (
         Flag("--worker-crash", str, "worker INDEX of POOL (prefill|decode) dies at T_MS; repeatable",
              metavar="POOL:INDEX@T_MS", repeat=True),
         Flag("--worker-restart-s", float_arg, "crashed workers come back empty S seconds later", metavar="S"),
+        Flag("--fault-stall-rate", float_arg, "per-request probability that the KV transfer stalls (its bytes stop "
+             "for --fault-stall-s; the workers' timers decide what happens)", metavar="P"),
+        Flag("--fault-stall-s", float_arg, "how long a stalled transfer stops (default 600, beyond the default "
+             "timeouts)", metavar="S"),
+        Flag("--heartbeat-loss", str, "SGLang: prefill worker INDEX answers no heartbeat probe from T_MS for "
+             "DURATION_MS; repeatable", metavar="prefill:INDEX@T_MS+DURATION_MS", repeat=True),
         Flag("--coordinator", str, "drive every handoff with this class (the public coordinator API, as for "
              "dmocker check)", metavar="MODULE:CLASS"),
     )),

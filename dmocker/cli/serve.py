@@ -55,14 +55,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
                    help="dmocker: one OpenAI-compatible front, the replay's routers choose the workers (default); "
                         "workers: each worker on a port of its own (--port, --port + 1, ...; prefill first), "
                         "speaking vLLM's disaggregation protocol, for a real proxy in front")
-    # The workers' other timers are the configuration's, one flag for replay and serve:
+    # The workers' timers are the configuration's, one flag each for replay and serve:
     # --kv-abort-timeout-s (a held source not read in time is freed; with --front workers, one
-    # whose decode leg never came) and --disaggregation-waiting-timeout-s (a reserved
-    # destination whose KV does not come is timed out; with --front workers, a decode leg whose
-    # prefill leg never came).  The bootstrap timeout is the workers front's alone.
-    s.add_argument("--disaggregation-bootstrap-timeout-s", type=float_arg, default=300.0, metavar="S",
-                   help="--front workers, SGLang's order: a prefill leg whose decode leg has not come S seconds later "
-                        "is timed out (SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT; default 300)")
+    # whose decode leg never came), --disaggregation-waiting-timeout-s (a reserved destination
+    # whose KV does not come is timed out; with --front workers, a decode leg whose prefill leg
+    # never came) and --disaggregation-bootstrap-timeout-s (a destination that makes no room;
+    # with --front workers, a prefill leg whose decode leg never came).
     s.add_argument("--capacity", type=int_arg, default=1_000_000,
                    help="requests the cluster takes in its life (default 1,000,000); later ones get 503")
     s.add_argument("--stop-after-s", type=float_arg, default=None, metavar="S",
@@ -101,8 +99,7 @@ def run(args: argparse.Namespace) -> int:
         options = ServeOptions.check(config, host=args.host, port=args.port, names=args.served_model_name,
                                      capacity=args.capacity,
                                      out=args.out, per_request=args.per_request, events=args.events,
-                                     stop_after_s=args.stop_after_s, front=args.front,
-                                     bootstrap_timeout_s=args.disaggregation_bootstrap_timeout_s)
+                                     stop_after_s=args.stop_after_s, front=args.front)
     except (ConfigError, ValueError) as exc:
         return _fail(str(exc))
     try:

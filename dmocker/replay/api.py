@@ -114,8 +114,7 @@ def _replay(config: ReplayConfig, stepping: DecodeStepping, progress: bool) -> R
     hooks = _end.prepare(
         config.faults, config.coordinator, prefill_args=prefill_args, decode_args=decode_args,
         prefill_workers=prefill_workers, decode_workers=decode_workers, num_requests=workload.num_requests,
-        kv_abort_timeout_s=config.transfer.kv_abort_timeout_s,
-        waiting_timeout_s=config.transfer.disaggregation_waiting_timeout_s, order=order,
+        clocks=config.transfer, order=order,
     )
     sla = SlaThresholds(config.sla.ttft_ms, config.sla.itl_ms, config.sla.e2e_ms)
     report_config = config.to_json(outputs=False)

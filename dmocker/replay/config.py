@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from dmocker.engines.engine_args import EngineArgs, WorkerType
 from dmocker.engines.registry import engine_spec
+from dmocker.handoff import HandoffOrder, order_for_engine
 
 from .config_schema import Bound, ConfigError, ConfigValue, FieldInfo, JsonValue, PythonObject
 from .config_sections import (
@@ -38,6 +39,7 @@ from .config_sections import (
     SCHEMA,
     ClusterConfig,
     ClusterMode,
+    KvLoadFailurePolicy,
     LimitsConfig,
     ModelConfig,
     OutputsConfig,
@@ -364,11 +366,26 @@ def _check_across(c: ReplayConfig) -> None:
     try:
         c.faults.check_pools(c.cluster.prefill_workers, c.cluster.decode_workers)
     except ValueError as exc:
-        raise ConfigError(str(exc), field="faults.crashes") from None
+        where = "faults.heartbeat_losses" if str(exc).startswith("heartbeat_loss") else "faults.crashes"
+        raise ConfigError(str(exc), field=where) from None
+    _check_clocks(c)
     p = c.planner
     if planner and p.max_gpu_budget >= 0 and p.max_gpu_budget < 2 * p.min_endpoint:
         raise ConfigError(f"{p.max_gpu_budget} is below the min_endpoint footprint ({2 * p.min_endpoint} GPUs)",
                           field="planner.max_gpu_budget")
+
+
+def _check_clocks(c: ReplayConfig) -> None:
+    """The workers' own clocks and the faults they answer exist in one order each: refuse a
+    setting that the cluster's engines would silently ignore."""
+    order = order_for_engine(c.engine)
+    t = c.transfer
+    if t.kv_load_failure_policy is KvLoadFailurePolicy.RECOMPUTE and order is not HandoffOrder.SOURCE_FIRST:
+        raise ConfigError(f"recompute is vLLM's kv_load_failure_policy (source-first); {c.engine} fails a "
+                          "request whose KV did not arrive", field="transfer.kv_load_failure_policy")
+    if c.faults.heartbeat_losses and order is not HandoffOrder.DESTINATION_FIRST:
+        raise ConfigError(f"heartbeats are SGLang's (destination-first): {c.engine}'s workers send none that could "
+                          "be lost", field="faults.heartbeat_losses")
 
 
 def _check_agg(c: ReplayConfig) -> None:
@@ -384,6 +401,10 @@ def _check_agg(c: ReplayConfig) -> None:
     if f.crashes:
         raise ConfigError("worker crashes are injected on the prefill and decode pools: disaggregated runs only",
                           field="faults.crashes")
+    if f.stall_rate > 0:
+        raise ConfigError(f"transfer stalls need a transfer: {why}", field="faults.stall_rate")
+    if f.heartbeat_losses:
+        raise ConfigError(f"heartbeats run between prefill and decode workers: {why}", field="faults.heartbeat_losses")
     if c.coordinator is not None:
         raise ConfigError(f"a coordinator drives handoffs: {why}", field="coordinator")
     if c.outputs.events is not None:
@@ -424,6 +445,10 @@ NAMES: dict[str, tuple[str, ...]] = {
     "kv_transfer_timing_mode": ("transfer.timing_mode",),
     "kv_abort_timeout_s": ("transfer.kv_abort_timeout_s",),
     "disaggregation_waiting_timeout_s": ("transfer.disaggregation_waiting_timeout_s",),
+    "kv_load_failure_policy": ("transfer.kv_load_failure_policy",),
+    "disaggregation_bootstrap_timeout_s": ("transfer.disaggregation_bootstrap_timeout_s",),
+    "disaggregation_heartbeat_interval_s": ("transfer.disaggregation_heartbeat_interval_s",),
+    "disaggregation_heartbeat_max_failure": ("transfer.disaggregation_heartbeat_max_failure",),
     "model": ("model.name",),
     "kv_cache_dtype": ("model.kv_cache_dtype",),
     "tensor_parallel_size": ("model.tensor_parallel_size",),
@@ -441,6 +466,9 @@ NAMES: dict[str, tuple[str, ...]] = {
     "fault_seed": ("faults.seed",),
     "worker_crash": ("faults.crashes",),
     "worker_restart_s": ("faults.restart_s",),
+    "fault_stall_rate": ("faults.stall_rate",),
+    "fault_stall_s": ("faults.stall_s",),
+    "heartbeat_loss": ("faults.heartbeat_losses",),
     "coordinator": ("coordinator",),
     "sla_ttft_ms": ("sla.ttft_ms",),
     "sla_itl_ms": ("sla.itl_ms",),

@@ -19,7 +19,7 @@ from dmocker.handoff import TransferTimingMode, load_spec
 from dmocker.models.dtypes import KvCacheDtype
 
 from .config_schema import Bound, Check, PythonObject, Schema
-from .faults import FaultPlan, ScheduledFault, WorkerCrash, parse_worker_crash
+from .faults import FaultPlan, HeartbeatLoss, ScheduledFault, WorkerCrash, parse_heartbeat_loss, parse_worker_crash
 from .routing.config import RouterConfig
 from .workload.formats import TraceFormat
 from .workload.synthetic import SyntheticSpec
@@ -34,6 +34,7 @@ __all__ = [
     "ClusterConfig",
     "ClusterMode",
     "DEFAULT_SYNTHETIC",
+    "KvLoadFailurePolicy",
     "LimitsConfig",
     "ModelConfig",
     "OutputsConfig",
@@ -101,24 +102,51 @@ class PoolConfig:
     min_new_token_ratio_factor: float = 0.14
 
 
+class KvLoadFailurePolicy(enum.Enum):
+    """What a source-first (vLLM) destination does when loading the KV fails because the source
+    freed it (``kv_load_failure_policy`` in ``vllm-project/vllm`` ``vllm/config/kv_transfer.py``):
+    fail the request, or recompute the prompt itself."""
+
+    FAIL = "fail"
+    RECOMPUTE = "recompute"
+
+
 @dataclass(frozen=True)
 class TransferConfig:
     """The prefill-to-decode KV link: ``bandwidth_gb_s`` (decimal GB/s) and ``kv_bytes_per_token``
-    (both needed for a transfer to take time), and which tokens a transfer is charged for.
+    (both needed for a transfer to take time), and which tokens a transfer is charged for; and
+    the workers' own clocks around it (docs/faults.md#the-workers-own-clocks; None: never).
 
-    ``kv_abort_timeout_s``: a source-first (vLLM) source frees a hold whose destination has not
-    been reserved this long after its prefill, as vLLM's NixlConnector does after
-    VLLM_NIXL_ABORT_REQUEST_TIMEOUT (480 s, vllm/envs.py); the handoff then fails (TimedOut, the
-    reference semantics of the spec's ``hold_expiry``: a read of freed blocks fails).  None: never.
-    ``disaggregation_waiting_timeout_s``: a destination-first (SGLang) destination fails a
-    reservation whose KV has not started to arrive this long after it was reserved, as SGLang's
-    decode side after SGLANG_DISAGGREGATION_WAITING_TIMEOUT (300 s); None: never."""
+    Source-first (vLLM):
+
+    - ``kv_abort_timeout_s``: a source frees a hold whose read has not completed this long after
+      its prefill (its destination was not reserved in time, or the transfer stalled), as vLLM's
+      NixlConnector after VLLM_NIXL_ABORT_REQUEST_TIMEOUT (480 s, vllm/envs.py).
+    - ``kv_load_failure_policy``: what the destination then does (vLLM's default ``fail``: the
+      handoff fails; ``recompute``: it recomputes the prompt and the request goes on).
+
+    Destination-first (SGLang, ``python/sglang/srt/environ.py``):
+
+    - ``disaggregation_bootstrap_timeout_s``: the source gives up on a request whose destination
+      has not made room for it this long after accepting it (SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT,
+      300 s).
+    - ``disaggregation_waiting_timeout_s``: a destination fails a reservation whose KV has not
+      fully arrived this long after it was reserved (SGLANG_DISAGGREGATION_WAITING_TIMEOUT, 300 s).
+    - ``disaggregation_heartbeat_interval_s`` and ``disaggregation_heartbeat_max_failure``: a
+      destination probes each prefill worker every interval and, after that many failed probes
+      in a row, fails the transfers from it (SGLANG_DISAGGREGATION_HEARTBEAT_INTERVAL, 5 s;
+      SGLANG_DISAGGREGATION_HEARTBEAT_MAX_FAILURE, 2); probes fail only under a heartbeat-loss
+      fault."""
 
     bandwidth_gb_s: float | None = None
     kv_bytes_per_token: int | None = None
     timing_mode: TransferTimingMode = TransferTimingMode.FULL_PROMPT
     kv_abort_timeout_s: float | None = 480.0
+    kv_load_failure_policy: KvLoadFailurePolicy = KvLoadFailurePolicy.FAIL
+    disaggregation_bootstrap_timeout_s: float | None = 300.0
     disaggregation_waiting_timeout_s: float | None = 300.0
+    disaggregation_heartbeat_interval_s: float = 5.0
+    disaggregation_heartbeat_max_failure: int = 2
 
 
 @dataclass(frozen=True)
@@ -331,6 +359,9 @@ _BOUNDS: dict[tuple[type, str], Bound] = {
     (TransferConfig, "kv_bytes_per_token"): _AT_LEAST_0,
     (TransferConfig, "kv_abort_timeout_s"): _ABOVE_0,
     (TransferConfig, "disaggregation_waiting_timeout_s"): _ABOVE_0,
+    (TransferConfig, "disaggregation_bootstrap_timeout_s"): _ABOVE_0,
+    (TransferConfig, "disaggregation_heartbeat_interval_s"): _ABOVE_0,
+    (TransferConfig, "disaggregation_heartbeat_max_failure"): _AT_LEAST_1,
     (ModelConfig, "tensor_parallel_size"): _AT_LEAST_1,
     (ModelConfig, "gpu_memory_gb"): _ABOVE_0,
     (ModelConfig, "gpu_memory_utilization"): Bound(0, maximum=1, exclusive=True),
@@ -346,6 +377,11 @@ _BOUNDS: dict[tuple[type, str], Bound] = {
     (FaultPlan, "timeout_rate"): _PROBABILITY,
     (FaultPlan, "seed"): _AT_LEAST_0,
     (FaultPlan, "restart_s"): _AT_LEAST_0,
+    (FaultPlan, "stall_rate"): _PROBABILITY,
+    (FaultPlan, "stall_s"): _ABOVE_0,
+    (HeartbeatLoss, "index"): _AT_LEAST_0,
+    (HeartbeatLoss, "t_ms"): _AT_LEAST_0,
+    (HeartbeatLoss, "duration_ms"): _ABOVE_0,
     (WorkerCrash, "index"): _AT_LEAST_0,
     (WorkerCrash, "t_ms"): _AT_LEAST_0,
     (ScheduledFault, "t_ms"): _AT_LEAST_0,
@@ -393,13 +429,18 @@ def _crash_label(crash: object) -> str:
     return crash.label()
 
 
+def _loss_label(loss: object) -> str:
+    assert isinstance(loss, HeartbeatLoss)
+    return loss.label()
+
+
 SCHEMA = Schema(
     bounds=_BOUNDS,
     checks=_CHECKS,
     namespace={"Planner": PythonObject, "Workload": PythonObject, "CoordinatorFactory": PythonObject},
     text_of=_text_of,
     # A crash is written as the --worker-crash text (``decode:0@2500``); a table is read too.
-    text_forms={WorkerCrash: (parse_worker_crash, _crash_label)},
+    text_forms={WorkerCrash: (parse_worker_crash, _crash_label), HeartbeatLoss: (parse_heartbeat_loss, _loss_label)},
     # A file's [workload.synthetic] table changes the built-in default workload.
     table_defaults={SyntheticSpec: DEFAULT_SYNTHETIC},
 )

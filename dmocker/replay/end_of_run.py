@@ -16,6 +16,7 @@ from dmocker.engines.interface import EngineArgs
 from dmocker.handoff import HandoffOrder
 
 from .collector import Collector
+from .config_sections import TransferConfig
 from .errors import DeadEndError
 from .faults import FaultCause, FaultKind, FaultPlan
 from .invariants import EndState, InvariantBreak, check_end_of_run, dead_end_breaks, failures_by_cause, leaked_blocks_at_dead_end
@@ -60,6 +61,7 @@ class RunHooks:
             self.foreign.clock = lambda: clock.now_ms
         if self.driver is not None:
             self.driver.attach(runtime.control)
+            self.driver.attach_transfers(runtime.executor, runtime.handoffs.event_log)
         if self.timers is not None:
             self.timers.attach(runtime)
 
@@ -133,11 +135,16 @@ def prepare(
     prefill_workers: int,
     decode_workers: int,
     num_requests: int,
-    kv_abort_timeout_s: float | None = None,
-    waiting_timeout_s: float | None = None,
+    clocks: TransferConfig | None = None,
     order: HandoffOrder | None = None,
+    bootstrap: bool = True,
 ) -> RunHooks:
-    """Validate the fault plan and the coordinator (ValueError: bad input) and build the hooks."""
+    """Validate the fault plan and the coordinator (ValueError: bad input) and build the hooks.
+
+    ``clocks``: the workers' own timers (None: none); each order runs its own: the source's hold
+    (vLLM), the destination's bootstrap, wait and heartbeats (SGLang); ``bootstrap`` False
+    leaves out the bootstrap timeout (a live cluster whose destinations come with their decode
+    requests times bootstraps itself)."""
     if faults is not None and not isinstance(faults, FaultPlan):
         raise ValueError(f"faults must be a FaultPlan, got {type(faults).__name__}")
     if faults is not None:
@@ -153,12 +160,11 @@ def prepare(
 
         driver = FaultDriver(faults, prefill_args=prefill_args, decode_args=decode_args, inner_factory=foreign)
     timers = None
-    # each order's own clock: the source's hold (vLLM), the destination's wait (SGLang)
-    abort_s = kv_abort_timeout_s if order is HandoffOrder.SOURCE_FIRST else None
-    wait_s = waiting_timeout_s if order is HandoffOrder.DESTINATION_FIRST else None
-    if abort_s is not None or wait_s is not None:
-        from .worker_timers import WorkerTimers
+    if clocks is not None and order is not None:
+        from .worker_timers import WorkerTimers, timer_settings
 
-        timers = WorkerTimers(abort_timeout_s=abort_s, waiting_timeout_s=wait_s,
-                              prefill_block=prefill_args.page_tokens, decode_block=decode_args.page_tokens)
+        settings = timer_settings(clocks, order, bootstrap=bootstrap,
+                                  losses=faults.heartbeat_losses if faults is not None else ())
+        if settings.any_armed:
+            timers = WorkerTimers(settings, prefill_args=prefill_args, decode_args=decode_args)
     return RunHooks(driver, foreign, timers)

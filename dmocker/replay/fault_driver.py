@@ -21,6 +21,7 @@ from dmocker.engines.interface import EngineArgs
 from dmocker.engines.registry import make_worker
 from dmocker.handoff import (
     Completion,
+    EventLogWriter,
     Fact,
     Failed,
     HandoffCoordinator,
@@ -32,8 +33,8 @@ from dmocker.handoff import (
 )
 
 from .collector import TerminalStatus
-from .faults import FaultCause, FaultKind, FaultPlan, Pool, WorkerCrash, crash_events, draw_request_faults
-from .runtime import ClusterControl, CoordinatorFactory
+from .faults import FaultCause, FaultKind, FaultPlan, Pool, WorkerCrash, crash_events, draw_request_faults, draws_stall
+from .runtime import ActionExecutor, ClusterControl, CoordinatorFactory
 
 __all__ = ["FaultDriver", "StepCountingCoordinator", "StepHook"]
 
@@ -106,7 +107,13 @@ class FaultDriver:
         self.injected: dict[str, int] = {k.value: 0 for k in FaultKind}
         self.injected["worker_crash"] = 0
         self.injected["worker_restart"] = 0
+        # counted only when planned, so a run without them reports what it reported before
+        if plan.stall_rate > 0:
+            self.injected["transfer_stall"] = 0
+        if plan.heartbeat_losses:
+            self.injected["heartbeat_loss"] = len(plan.heartbeat_losses)
         self.causes: dict[int, FaultCause] = {}
+        self._log: EventLogWriter | None = None
 
     # --- wiring -------------------------------------------------------------------------------
 
@@ -141,6 +148,23 @@ class FaultDriver:
             control.at(f.t_ms, _bind_land(self, f.request_id, f.kind))
         for t_ms, restart, crash in crash_events(self.plan):
             control.at(t_ms, _bind_crash(self, crash, restart))
+
+    def attach_transfers(self, executor: ActionExecutor, event_log: EventLogWriter | None) -> None:
+        """Stall the transfers the plan draws (only when it has a stall rate)."""
+        if self.plan.stall_rate > 0:
+            self._log = event_log
+            executor.transfer_delay = self.stall
+
+    def stall(self, request_id: int, delay_ms: float) -> float:
+        """A transfer starts: the delay it takes, ``stall_s`` longer when it stalls."""
+        if not draws_stall(self.plan, request_id):
+            return delay_ms
+        rt = self._runtime
+        assert rt is not None
+        self.injected["transfer_stall"] += 1
+        if self._log is not None:
+            self._log.log_worker(rt.now_ms, request_id, "transfer_stalled")
+        return delay_ms + self.plan.stall_s * 1000.0
 
     # --- per-request faults -------------------------------------------------------------------
 

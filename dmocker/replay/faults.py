@@ -18,6 +18,9 @@ Two kinds of faults:
 * worker crashes (:class:`WorkerCrash`): at ``t_ms`` the worker dies — its pass stops, its KV
   is gone, every handoff involving it gets ``Failed``, routing skips it — and with
   ``restart_s`` it comes back empty that many seconds later.
+* faults the workers' own clocks answer (docs/faults.md#the-workers-own-clocks): a transfer
+  that stalls (``stall_rate``: per request, seeded as above; its bytes stop for ``stall_s``
+  seconds) and a prefill worker whose heartbeats are lost for a while (:class:`HeartbeatLoss`).
 
 Every draw comes from a generator seeded with ``(seed, request id)``, so a request's faults do
 not depend on the order requests are processed in, nor on ``PYTHONHASHSEED``.
@@ -42,10 +45,13 @@ __all__ = [
     "FaultPlan",
     "ScheduledFault",
     "WorkerCrash",
+    "HeartbeatLoss",
     "Pool",
     "NOMINAL_STEPS",
     "parse_worker_crash",
+    "parse_heartbeat_loss",
     "draw_request_faults",
+    "draws_stall",
 ]
 
 NOMINAL_STEPS = 10
@@ -89,6 +95,7 @@ class FaultCause(enum.Enum):
     ACTION_FAILED = "action_failed"
     TRANSFER_TIMEOUT = "transfer_timeout"
     WORKER_CRASH = "worker_crash"
+    HEARTBEAT_LOSS = "heartbeat_loss"
     ENGINE = "engine"
 
 
@@ -132,6 +139,20 @@ class WorkerCrash:
         return f"{self.pool.value}:{self.index}@{_num(self.t_ms)}"
 
 
+@dataclass(frozen=True, slots=True)
+class HeartbeatLoss:
+    """Prefill worker ``index`` answers no heartbeat probe from ``t_ms`` for ``duration_ms`` (a
+    network partition, a forward pass that starves the bootstrap server); it keeps working."""
+
+    pool: Pool
+    index: int
+    t_ms: float
+    duration_ms: float
+
+    def label(self) -> str:
+        return f"{self.pool.value}:{self.index}@{_num(self.t_ms)}+{_num(self.duration_ms)}"
+
+
 def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else repr(float(x))
 
@@ -154,7 +175,9 @@ class FaultPlan:
 
     ``cancel_rate`` / ``fail_rate`` / ``timeout_rate``: per-request probabilities; ``seed``
     seeds their draws; ``crashes`` and ``restart_s`` (None: crashed workers stay down);
-    ``schedule``: exact per-request faults (fuzz scenarios, tests).
+    ``schedule``: exact per-request faults (fuzz scenarios, tests); ``stall_rate``: per-request
+    probability that the transfer stalls for ``stall_s`` seconds; ``heartbeat_losses``: prefill
+    workers that stop answering heartbeats for a while.
     """
 
     cancel_rate: float = 0.0
@@ -164,6 +187,9 @@ class FaultPlan:
     crashes: tuple[WorkerCrash, ...] = ()
     restart_s: float | None = None
     schedule: tuple[ScheduledFault, ...] = field(default=())
+    stall_rate: float = 0.0
+    stall_s: float = 600.0
+    heartbeat_losses: tuple[HeartbeatLoss, ...] = ()
 
     def __post_init__(self) -> None:
         _rate("fault_cancel_rate", self.cancel_rate)
@@ -185,6 +211,20 @@ class FaultPlan:
             _time(f"fault for request {f.request_id} time", f.t_ms)
             if isinstance(f.request_id, bool) or not isinstance(f.request_id, int) or f.request_id < 0:
                 raise ValueError(f"fault schedule: request id must be an integer >= 0, got {f.request_id!r}")
+        _rate("fault_stall_rate", self.stall_rate)
+        if _time("fault_stall_s", self.stall_s) <= 0:
+            raise ValueError(f"fault_stall_s must be > 0, got {self.stall_s!r}")
+        for h in self.heartbeat_losses:
+            if not isinstance(h, HeartbeatLoss):
+                raise ValueError(f"heartbeat_loss: expected a HeartbeatLoss, got {h!r}")
+            if h.pool is not Pool.PREFILL:
+                raise ValueError(f"heartbeat_loss {h.label()}: the decode side probes the prefill side, so "
+                                 "heartbeats are lost from a prefill worker")
+            if isinstance(h.index, bool) or not isinstance(h.index, int) or h.index < 0:
+                raise ValueError(f"heartbeat_loss {h!r}: index must be an integer >= 0")
+            _time(f"heartbeat_loss {h.label()} time", h.t_ms)
+            if _time(f"heartbeat_loss {h.label()} duration", h.duration_ms) <= 0:
+                raise ValueError(f"heartbeat_loss {h.label()}: the duration must be > 0")
 
     @property
     def rates(self) -> tuple[tuple[FaultKind, float], ...]:
@@ -196,7 +236,8 @@ class FaultPlan:
 
     @property
     def is_empty(self) -> bool:
-        return not (self.cancel_rate or self.fail_rate or self.timeout_rate or self.crashes or self.schedule)
+        return not (self.cancel_rate or self.fail_rate or self.timeout_rate or self.crashes or self.schedule
+                    or self.stall_rate or self.heartbeat_losses)
 
     def check_pools(self, prefill_workers: int, decode_workers: int, num_requests: int | None = None) -> None:
         """Crashes name existing workers; scheduled faults name existing requests."""
@@ -207,6 +248,9 @@ class FaultPlan:
                     f"worker_crash {c.label()}: the {c.pool.value} pool has {sizes[c.pool]} worker(s) "
                     f"(indexes 0..{sizes[c.pool] - 1})"
                 )
+        for h in self.heartbeat_losses:
+            if h.index >= prefill_workers:
+                raise ValueError(f"heartbeat_loss {h.label()}: the prefill pool has {prefill_workers} worker(s)")
         if num_requests is not None:
             for f in self.schedule:
                 if f.request_id >= num_requests:
@@ -237,6 +281,35 @@ def parse_worker_crash(text: str) -> WorkerCrash:
     if not math.isfinite(t_ms) or t_ms < 0:
         raise ValueError(f"--worker-crash {text!r}: time must be a finite number >= 0")
     return WorkerCrash(pool, index, t_ms)
+
+
+def parse_heartbeat_loss(text: str) -> HeartbeatLoss:
+    """``prefill:INDEX@T_MS+DURATION_MS`` (``prefill:0@2500+20000``) -> HeartbeatLoss; ValueError
+    naming the part at fault."""
+    head, plus, duration = text.partition("+")
+    if not plus:
+        raise ValueError(f"--heartbeat-loss {text!r}: expected prefill:INDEX@T_MS+DURATION_MS (e.g. prefill:0@2500+20000)")
+    try:
+        at = parse_worker_crash(head)
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("--worker-crash", "--heartbeat-loss").replace(
+            "POOL:INDEX@T_MS (e.g. decode:0@2500)", "prefill:INDEX@T_MS+DURATION_MS (e.g. prefill:0@2500+20000)")) from None
+    try:
+        d_ms = float(duration)
+    except ValueError:
+        raise ValueError(f"--heartbeat-loss {text!r}: duration {duration!r} is not a number") from None
+    if not math.isfinite(d_ms) or d_ms <= 0:
+        raise ValueError(f"--heartbeat-loss {text!r}: the duration must be a finite number > 0")
+    if at.pool is not Pool.PREFILL:
+        raise ValueError(f"--heartbeat-loss {text!r}: the decode side probes the prefill side, so heartbeats "
+                         "are lost from a prefill worker (prefill:INDEX)")
+    return HeartbeatLoss(at.pool, at.index, at.t_ms, d_ms)
+
+
+def draws_stall(plan: FaultPlan, request_id: int) -> bool:
+    """Whether the request's transfer stalls: its own generator (seeded with the seed and the
+    request id, apart from :func:`draw_request_faults`), so a stall rate moves no other fault."""
+    return random.Random((plan.seed * 0x9E3779B1 + request_id) ^ 0x5A17).random() < plan.stall_rate
 
 
 def draw_request_faults(plan: FaultPlan, request_id: int) -> list[tuple[int, FaultKind]]:

@@ -238,8 +238,11 @@ def conformance_break(r: ConformanceResult) -> InvariantBreak | None:
 
 
 def failures_by_cause(collector: Collector, causes: dict[int, FaultCause]) -> dict[str, JsonValue]:
-    """Failed, canceled and rejected requests by cause (a fault, a crash, or the engine itself)."""
-    out: dict[str, JsonValue] = {c.value: 0 for c in FaultCause}
+    """Failed, canceled and rejected requests by cause (a fault, a crash, or the engine itself);
+    ``heartbeat_loss`` only when a heartbeat loss ended one (a run without that fault reports
+    the causes it always did)."""
+    seen = set(causes.values())
+    out: dict[str, JsonValue] = {c.value: 0 for c in FaultCause if c is not FaultCause.HEARTBEAT_LOSS or c in seen}
     status = collector.status
     bad = (status == int(TerminalStatus.FAILED)) | (status == int(TerminalStatus.CANCELED)) | (status == int(TerminalStatus.REJECTED))
     for rid in np.nonzero(bad)[0].tolist():

@@ -27,7 +27,7 @@ from typing import IO, cast
 
 from dmocker.engines.interface import EngineRequest, EngineWorker, IdArray, LifecycleEvent, WorkerProbes
 from dmocker.engines.registry import make_worker
-from dmocker.handoff import Canceled, SourceHeld, TimedOut, order_for_engine
+from dmocker.handoff import Canceled, HandoffOrder, SourceHeld, TimedOut, order_for_engine
 
 from .collector import Collector, TerminalStatus
 from .config import ClusterMode, ReplayConfig
@@ -109,7 +109,6 @@ class LiveCluster:
         events: IO[str] | None = None,
         records: IO[str] | None = None,
         pinned: bool = False,
-        bootstrap_timeout_ms: float | None = None,
     ) -> None:
         """``trace_block_size``: tokens per entry of a request's ``hash_ids`` (default: the
         engine's block size, one hash id per KV block).
@@ -124,10 +123,10 @@ class LiveCluster:
         came), a destination-first reservation whose KV has not begun to come
         ``transfer.disaggregation_waiting_timeout_s`` after it is timed out.
 
-        ``bootstrap_timeout_ms`` (a pinned cluster in SGLang's order): a request whose prefill
-        request came and whose decode request has not come this long after it is timed out (a
-        ``TimedOut`` fact), as SGLang's prefill side gives up on a bootstrap
-        (``SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT``)."""
+        A pinned cluster in SGLang's order also runs the prefill side's bootstrap timeout
+        (``transfer.disaggregation_bootstrap_timeout_s``, SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT):
+        a request whose prefill request came and whose decode request has not come this long
+        after it is timed out (a ``TimedOut`` fact)."""
         if config.cluster.mode is not ClusterMode.DISAGG:
             raise LiveError("a live cluster is disaggregated (cluster.mode = disagg)")
         if config.planner.policy is not None:
@@ -140,7 +139,9 @@ class LiveCluster:
         self._on_tokens = on_tokens
         self._on_end = on_end
         self._on_held = on_held
-        self._bootstrap_ms = bootstrap_timeout_ms
+        bootstrap_s = config.transfer.disaggregation_bootstrap_timeout_s
+        self._bootstrap_ms = (bootstrap_s * 1000.0 if pinned and bootstrap_s is not None
+                              and order_for_engine(prefill_args.engine) is HandoffOrder.DESTINATION_FIRST else None)
         self._pins: tuple[PinnedRouter, PinnedRouter] | None = None
         routers: tuple[Router, ...]
         if pinned:
@@ -157,9 +158,9 @@ class LiveCluster:
         self._hooks = prepare(config.faults, config.coordinator, prefill_args=prefill_args, decode_args=decode_args,
                               prefill_workers=config.cluster.prefill_workers,
                               decode_workers=config.cluster.decode_workers, num_requests=capacity,
-                              kv_abort_timeout_s=config.transfer.kv_abort_timeout_s,
-                              waiting_timeout_s=config.transfer.disaggregation_waiting_timeout_s,
-                              order=order_for_engine(prefill_args.engine))
+                              clocks=config.transfer, order=order_for_engine(prefill_args.engine),
+                              # a pinned cluster's destinations are reserved when their decode request comes
+                              bootstrap=not pinned)
         kv_feed = routers[0].wants_kv_events
         p_workers: list[EngineWorker] = [
             make_worker(prefill_args, i, record_kv_events=kv_feed) for i in range(config.cluster.prefill_workers)

@@ -59,6 +59,8 @@ class RequestState:
         "held_tokens",
         "routed",
         "acquire_hook",
+        "transfer_done_ms",
+        "transfer_gen",
     )
 
     def __init__(self, turn: Turn, arrival_ms: float, coord: HandoffCoordinator, request: EngineRequest) -> None:
@@ -86,6 +88,9 @@ class RequestState:
         self.routed = 0  # bit 1: the prefill router holds it, bit 2: the decode router does
         # fault injection: asked before each acquiring command; True fails that command
         self.acquire_hook: Callable[[], bool] | None = None
+        self.transfer_done_ms: float | None = None  # when the destination had the KV (TransferCompleted)
+        # the generation of the transfer's completion event: a recomputation supersedes a stalled one
+        self.transfer_gen = 0
 
 
 Queued = tuple[RequestState, IssuedAction]

@@ -58,12 +58,11 @@ class ServeOptions:
     events: str | None
     stop_after_s: float | None
     front: Front = Front.DMOCKER
-    bootstrap_timeout_s: float = 300.0
 
     @classmethod
     def check(cls, config: ReplayConfig, *, host: str, port: int, names: list[str] | None, capacity: int,
               out: str | None, per_request: str | None, events: str | None, stop_after_s: float | None,
-              front: str = "dmocker", bootstrap_timeout_s: float = 300.0) -> ServeOptions:
+              front: str = "dmocker") -> ServeOptions:
         """ValueError naming the flag at fault."""
         if config.cluster.mode is not ClusterMode.DISAGG:
             raise ValueError("--mode: dmocker serve runs a disaggregated cluster")
@@ -76,8 +75,6 @@ class ServeOptions:
         if stop_after_s is not None and not stop_after_s > 0:
             raise ValueError(f"--stop-after-s must be > 0, got {stop_after_s}")
         chosen = Front(front)
-        if not bootstrap_timeout_s > 0:
-            raise ValueError(f"--disaggregation-bootstrap-timeout-s must be > 0, got {bootstrap_timeout_s}")
         n_p, n_d = config.cluster.prefill_workers, config.cluster.decode_workers
         faults = config.faults
         if faults is not None and faults.crashes and chosen is Front.WORKERS:
@@ -95,8 +92,7 @@ class ServeOptions:
         # the longest prompt + output the front accepts: the engines' limit, when they have one
         length = config.decode.max_model_len or _DEFAULT_MAX_MODEL_LEN
         served = ServedModel(tuple(names) if names else (config.model.name or _DEFAULT_NAME,), length)
-        return cls(config, host, port, served, capacity, out, per_request, events, stop_after_s, chosen,
-                   bootstrap_timeout_s)
+        return cls(config, host, port, served, capacity, out, per_request, events, stop_after_s, chosen)
 
 
 class _NotHttp1(logging.Filter):
@@ -143,7 +139,6 @@ async def serve(options: ServeOptions, stop: asyncio.Event, *, started: Callable
     def make(sinks: Sinks) -> LiveCluster:
         return LiveCluster(options.config, capacity=options.capacity, on_tokens=sinks.on_tokens,
                            on_end=sinks.on_end, on_held=sinks.on_held, pinned=workers_front,
-                           bootstrap_timeout_ms=options.bootstrap_timeout_s * 1000.0 if workers_front else None,
                            records=cast(IO[str], _WriterIO(records_w)) if records_w is not None else None,
                            events=cast(IO[str], check))
 

@@ -109,6 +109,26 @@ def test_faults_and_crashes_land_live_as_in_the_replay(engine: str, tmp_path: Pa
     assert {json.loads(line)["terminal_status"] for line in records.splitlines()} >= {"completed", "failed", "canceled"}
 
 
+@pytest.mark.parametrize("engine, clocks", [
+    ("vllm", {"kv_abort_timeout_s": 1.0, "kv_load_failure_policy": "recompute"}),
+    ("vllm", {"kv_abort_timeout_s": 1.0}),
+    ("sglang", {"disaggregation_waiting_timeout_s": 1.0, "heartbeat_loss": ["prefill:0@500+3000"],
+                "disaggregation_heartbeat_interval_s": 0.5}),
+])
+def test_the_workers_clocks_run_live_as_in_the_replay(engine: str, clocks: dict[str, object], tmp_path: Path) -> None:
+    """Stalled transfers, the timers that catch them, a recomputation and a heartbeat verdict
+    land live exactly as in the replay (records, event log with its timer lines, summary)."""
+    spec = SyntheticSpec(requests=60, rate=30.0, isl_mean=600, osl_mean=40, seed=2)
+    config = ReplayConfig.from_values({"synthetic": 60, "rate": 30.0, "isl_mean": 600, "osl_mean": 40, "seed": 2,
+                                       "engine": engine, "fault_stall_rate": 0.3, "fault_stall_s": 2.0, **clocks})
+    _same(config, spec, tmp_path)
+    _, _, summary, _ = _drive(config, spec)
+    timers = summary["worker_timers"]
+    assert isinstance(timers, dict) and any(v for k, v in timers.items() if k.endswith(("s", "prefills"))
+                                            and not k.endswith("_s") and isinstance(v, int))
+    assert summary["leaked_kv_blocks"] == 0 and summary["invariants_ok"] is True
+
+
 @pytest.mark.slow  # quick twin: test_driven_from_outside_it_is_the_replay
 @settings(max_examples=20, deadline=None)
 @given(engine=st.sampled_from(["vllm", "sglang"]), n=st.integers(1, 25), rate=st.floats(1.0, 400.0),

@@ -59,3 +59,147 @@ def test_destination_wait_timeout_fails_slow_prefills(tmp_path: Path) -> None:
     # the default (300 s) never fires on this run, and leaves no trace
     plain = run(ReplayConfig.from_values(dict(kw))).summary
     assert "worker_timers" not in plain and plain["failed_requests"] == 0
+
+
+# ---- stalls, recomputation, bootstrap and heartbeats ------------------------------------------
+
+from hypothesis import example, given, settings, strategies as st  # noqa: E402
+
+from dmocker.replay.faults import HeartbeatLoss, Pool, parse_heartbeat_loss  # noqa: E402
+from dmocker.replay.worker_timers import heartbeat_detections  # noqa: E402
+
+LIGHT = dict(synthetic=60, rate=20.0, isl_mean=600, osl_mean=40)
+
+
+def _events(ev: bytes) -> list[dict[str, object]]:
+    return [json.loads(line) for line in ev.splitlines()[1:]]
+
+
+def _after(events: list[dict[str, object]], kind: str) -> list[tuple[dict[str, object], dict[str, object]]]:
+    """Each ``kind`` line with the next line of the same handoff."""
+    out = []
+    for i, e in enumerate(events):
+        if e["event"] == kind:
+            nxt = next(f for f in events[i + 1:] if f["handoff"] == e["handoff"])
+            out.append((e, nxt))
+    return out
+
+
+def _light(tmp: Path, name: str, **kw: object) -> tuple[dict[str, object], bytes, bytes]:
+    rec, ev = tmp / f"{name}.jsonl", tmp / f"{name}-events.jsonl"
+    report = run(ReplayConfig.from_values({"per_request": rec, "events": ev, **LIGHT, **kw}))
+    return dict(report.summary), rec.read_bytes(), ev.read_bytes()
+
+
+def test_a_stalled_read_outlasting_the_hold_fails_and_replays_identically(tmp_path: Path) -> None:
+    kw = dict(fault_stall_rate=0.2, fault_stall_s=2.0, kv_abort_timeout_s=1.0)
+    s1, rec1, ev1 = _light(tmp_path, "a", **kw)
+    s2, rec2, ev2 = _light(tmp_path, "b", **kw)
+    assert (rec1, ev1) == (rec2, ev2)
+    timers, injected = s1["worker_timers"], s1["faults_injected"]
+    assert isinstance(timers, dict) and isinstance(injected, dict)
+    assert timers["source_expirations"] == injected["transfer_stall"] > 0
+    assert s1["failed_requests"] == timers["source_expirations"]
+    assert s1["invariants_ok"] is True and s1["leaked_kv_blocks"] == 0
+    events = _events(ev1)
+    # every stall is caught by the source's timer, which fails the read (never a completion after it)
+    assert all(nxt["event"] == "timed_out" for _, nxt in _after(events, "source_expired"))
+    assert {e["handoff"] for e in events if e["event"] == "transfer_stalled"} == \
+        {e["handoff"] for e in events if e["event"] == "source_expired"}
+
+
+def test_a_stall_shorter_than_the_timers_only_delays(tmp_path: Path) -> None:
+    s, _, ev = _light(tmp_path, "s", fault_stall_rate=0.2, fault_stall_s=0.5)
+    plain, _, _ = _light(tmp_path, "p")
+    assert "worker_timers" not in s and s["failed_requests"] == 0 and s["invariants_ok"] is True
+    assert any(e["event"] == "transfer_stalled" for e in _events(ev))
+    assert float(s["mean_ttft_ms"]) > float(plain["mean_ttft_ms"])  # type: ignore[arg-type]
+
+
+def test_recompute_serves_every_request_whose_source_expired(tmp_path: Path) -> None:
+    """kv_load_failure_policy=recompute: a stalled read (in flight) and a late destination (not
+    yet reserved) both end in a recomputation; nothing fails and nothing leaks."""
+    for name, kw in (("stall", dict(LIGHT, fault_stall_rate=0.2, fault_stall_s=2.0, kv_abort_timeout_s=1.0)),
+                     ("late", dict(CONGESTED, kv_abort_timeout_s=0.3))):
+        rec, ev = tmp_path / f"{name}.jsonl", tmp_path / f"{name}-events.jsonl"
+        values = {"per_request": rec, "events": ev, "kv_load_failure_policy": "recompute", **kw}
+        s = run(ReplayConfig.from_values(values)).summary
+        timers = s["worker_timers"]
+        assert isinstance(timers, dict)
+        assert timers["recomputed_prefills"] == timers["source_expirations"] > 0, name
+        assert s["failed_requests"] == 0 and s["leaked_kv_blocks"] == 0 and s["invariants_ok"] is True, name
+        events = _events(ev.read_bytes())
+        recomputed = _after(events, "kv_recomputed")
+        assert len(recomputed) == timers["recomputed_prefills"]
+        assert not any(e["event"] == "source_expired" for e in events)
+        # the source's ReleaseSource finds nothing left to free, and the request completes
+        done = {e["handoff"] for e in events if e["event"] == "completed" and e.get("detail") == "success"}
+        assert {e["handoff"] for e, _ in recomputed} <= done
+
+
+def test_sglang_wait_timeout_catches_a_stalled_transfer(tmp_path: Path) -> None:
+    s, _, ev = _light(tmp_path, "w", engine="sglang", fault_stall_rate=0.2, fault_stall_s=2.0,
+                      disaggregation_waiting_timeout_s=1.0)
+    timers = s["worker_timers"]
+    assert isinstance(timers, dict) and timers["destination_timeouts"] > 0
+    assert s["invariants_ok"] is True and s["leaked_kv_blocks"] == 0
+    assert all(nxt["event"] == "timed_out" for _, nxt in _after(_events(ev), "destination_timed_out"))
+
+
+def test_bootstrap_timeout_fails_requests_the_decode_side_has_no_room_for(tmp_path: Path) -> None:
+    kw = dict(engine="sglang", synthetic=80, rate=50.0, decode_workers=1, max_num_seqs=2, isl_mean=300, osl_mean=200)
+    rec, ev = tmp_path / "b.jsonl", tmp_path / "b-events.jsonl"
+    s = run(ReplayConfig.from_values({"per_request": rec, "events": ev, **kw,
+                                      "disaggregation_bootstrap_timeout_s": 0.5})).summary
+    timers = s["worker_timers"]
+    assert isinstance(timers, dict) and timers["bootstrap_timeouts"] > 0
+    assert s["failed_requests"] == timers["bootstrap_timeouts"] and s["invariants_ok"] is True
+    events = _events(ev.read_bytes())
+    pairs = _after(events, "bootstrap_timed_out")
+    assert all(nxt["event"] == "timed_out" for _, nxt in pairs)
+    # a destination still waiting for room: nothing was submitted to a prefill worker
+    submitted = {e["handoff"] for e in events if e["event"] == "prefill_submitted"}
+    assert not submitted & {e["handoff"] for e, _ in pairs}
+
+
+def test_heartbeat_loss_fails_the_transfers_from_that_prefill_worker(tmp_path: Path) -> None:
+    kw = dict(LIGHT, engine="sglang", fault_stall_rate=0.5, fault_stall_s=4.0, heartbeat_loss=["prefill:0@1000+3000"],
+              disaggregation_heartbeat_interval_s=1.0)
+    rec, ev = tmp_path / "h.jsonl", tmp_path / "h-events.jsonl"
+    s = run(ReplayConfig.from_values({"per_request": rec, "events": ev, **kw})).summary
+    timers, causes = s["worker_timers"], s["failures_by_cause"]
+    assert isinstance(timers, dict) and isinstance(causes, dict)
+    assert timers["heartbeat_failures"] == causes["heartbeat_loss"] > 0
+    assert s["invariants_ok"] is True and s["leaked_kv_blocks"] == 0
+    events = _events(ev.read_bytes())
+    lost = _after(events, "heartbeat_lost")
+    assert {e["t_ms"] for e, _ in lost} <= {2000.0, 4000.0}  # 1 s probes, 2 failures each
+    assert all(nxt["event"] == "failed" for _, nxt in lost)
+    prefill_of = {e["handoff"]: e["worker"] for e in events if e["event"] == "prefill_submitted"}
+    assert {prefill_of[e["handoff"]] for e, _ in lost} == {"prefill-0"}
+
+
+@settings(max_examples=200, deadline=None)
+@example(t=5e-324, d=1.0, interval=0.1, failures=1)  # a start that rounds to probe 0 when divided
+@given(t=st.floats(0, 1e5), d=st.floats(1, 1e5), interval=st.floats(0.1, 30), failures=st.integers(1, 5))
+def test_heartbeat_detections_are_every_max_failure_th_failed_probe(t: float, d: float, interval: float,
+                                                                   failures: int) -> None:
+    loss = HeartbeatLoss(Pool.PREFILL, 0, t, d)
+    got = heartbeat_detections(loss, interval, failures)
+    probe = interval * 1000.0
+    failed = [k * probe for k in range(int(t // probe), int((t + d) // probe) + 2) if t <= k * probe < t + d]
+    assert got == failed[failures - 1::failures]
+
+
+def test_heartbeat_loss_text_round_trips_and_names_what_is_wrong() -> None:
+    loss = parse_heartbeat_loss("prefill:1@2500+20000")
+    assert loss == HeartbeatLoss(Pool.PREFILL, 1, 2500.0, 20000.0) and parse_heartbeat_loss(loss.label()) == loss
+    for bad, needle in (("prefill:0@1", "expected prefill:INDEX@T_MS+DURATION_MS"),
+                        ("decode:0@1+2", "from a prefill worker"), ("prefill:0@1+0", "> 0"),
+                        ("prefill:x@1+2", "not an integer"), ("prefill:0@1+y", "not a number")):
+        try:
+            parse_heartbeat_loss(bad)
+        except ValueError as exc:
+            assert needle in str(exc), (bad, str(exc))
+        else:
+            raise AssertionError(bad)

@@ -4,7 +4,8 @@ composed by :class:`DisaggRuntime` and driven by its event loop (see :mod:`.loop
 from ..request_state import Phase, Stage
 from .agg import AggRuntime
 from .control import ClusterControl
+from .executor import ActionExecutor
 from .handoffs import CoordinatorFactory
 from .loop import DisaggRuntime, RuntimeResult
 
-__all__ = ["AggRuntime", "ClusterControl", "CoordinatorFactory", "DisaggRuntime", "Phase", "RuntimeResult", "Stage"]
+__all__ = ["ActionExecutor", "AggRuntime", "ClusterControl", "CoordinatorFactory", "DisaggRuntime", "Phase", "RuntimeResult", "Stage"]

@@ -18,6 +18,7 @@ Why apart: what an action does is one concern; when the runtime runs it is the l
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final
 
 from dmocker.engines.interface import CommandResult, EngineCommandError, EngineWorker
@@ -82,7 +83,7 @@ class ActionExecutor:
     """Runs one issued action at a time (``execute``); routed requests are applied by ``dispatch``."""
 
     __slots__ = ("clock", "events", "pools", "passes", "handoffs", "routing", "lifecycle", "collector",
-                 "observer")
+                 "observer", "transfer_delay", "accepted_sink")
 
     def __init__(
         self,
@@ -106,6 +107,12 @@ class ActionExecutor:
         self.lifecycle = lifecycle
         self.collector = collector
         self.observer = observer
+        #: (request id, the transfer's own delay) -> the delay it takes: a fault that stalls
+        #: transfers, or a destination that recomputes instead of loading (None in a plain run)
+        self.transfer_delay: Callable[[int, float], float] | None = None
+        #: told (request id, time) when a destination-first destination is accepted and waits for
+        #: room (the source's bootstrap timeout starts there; None in a plain run)
+        self.accepted_sink: Callable[[int, float], None] | None = None
 
     def execute(self, req: RequestState, issued: IssuedAction) -> bool:
         """Execute ``issued`` (False: parked, held or deferred, to run later)."""
@@ -193,6 +200,8 @@ class ActionExecutor:
                 pool.router.on_kv_events(idx, effects.kv_events, self.clock.now_ms)
         else:
             req.decode_worker = idx
+            if self.accepted_sink is not None:
+                self.accepted_sink(req.rid, self.clock.now_ms)
         routing.note_routed(stage, req.rid)
         if self.observer is not None:
             self.observer.on_routed(stage, req.rid, idx, req.turn.input_length)
@@ -205,10 +214,39 @@ class ActionExecutor:
         self.handoffs.ack_ok(req, issued, _K_SCHEDULED)
         req.phase = _TRANSFER_PENDING
         now = self.clock.now_ms
-        if action.delay_ms > 0.0:
-            self.events.push(now + action.delay_ms, _EV_TRANSFER, (0, req.rid), now)
+        delay = action.delay_ms
+        if self.transfer_delay is not None:
+            delay = self.transfer_delay(req.rid, delay)
+        if delay > 0.0:
+            self.events.push(now + delay, _EV_TRANSFER, (req.transfer_gen, req.rid), now)
         else:
+            req.transfer_done_ms = now
             self.handoffs.fact(req, TransferCompleted(req.rid))
+        return True
+
+    def restart_transfer(self, req: RequestState, delay_ms: float) -> None:
+        """The transfer in flight is superseded: its completion now comes ``delay_ms`` from now
+        (a destination that recomputes the prompt instead of reading a freed source)."""
+        req.transfer_gen += 1
+        now = self.clock.now_ms
+        self.events.push(now + delay_ms, _EV_TRANSFER, (req.transfer_gen, req.rid), now)
+
+    def free_source(self, req: RequestState) -> bool:
+        """The source worker frees a held source by itself (its own clock, no command): False
+        while the worker is mid-pass (try again when the pass ends).  The coordinator's
+        ReleaseSource later finds nothing to free (Noop)."""
+        idx = req.prefill_worker
+        self.passes.settle(_P, idx)
+        pool = self.pools[_P]
+        w = pool.workers[idx]
+        if w.busy:
+            return False
+        pool.dirty[idx] = True
+        effects = w.release_source(req.rid)
+        if self.routing.kv_feed and effects.kv_events:
+            pool.router.on_kv_events(idx, effects.kv_events, self.clock.now_ms)
+        if effects.lifecycle:
+            self.handoffs.lifecycle(effects.lifecycle)
         return True
 
     def _ready_worker(self, req: RequestState, issued: IssuedAction, stage: int, idx: int) -> EngineWorker | None:

@@ -354,11 +354,15 @@ class DisaggRuntime:
         live = self.table.live
         table = self.table
         for payload in self.events.ready(self.clock.now_ms, EventKind.TRANSFER_COMPLETE):
-            req = live.get(cast("tuple[int, int]", payload)[1])
+            gen, rid = cast("tuple[int, int]", payload)
+            req = live.get(rid)
             if req is None:
                 table.stale_transfers = max(table.stale_transfers - 1, 0)
                 self.stale_pruned += 1
                 continue
+            if gen != req.transfer_gen:  # superseded by a recomputation
+                continue
+            req.transfer_done_ms = self.clock.now_ms
             self.handoffs.fact(req, TransferCompleted(req.rid))
             changed = True
         return changed
