@@ -1,12 +1,18 @@
-"""The source's hold expiry in a replay (``--kv-abort-timeout-s``): holds whose destination is
-never reserved in time are freed and their handoffs fail; runs replay byte for byte, their
-event logs conform, and a run where no hold expires is exactly the run without the timer."""
+"""The workers' own clocks in a replay: the source's hold expiry (``--kv-abort-timeout-s``, fail
+or recompute), SGLang's waiting and bootstrap timeouts and heartbeats, and the faults that stall
+a transfer or drop heartbeats.  Runs replay byte for byte, their event logs conform, and a run
+where no timer fires is exactly the run without it."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pytest
+
+from dmocker.cli.conform import main as conform_main
+from dmocker.cli.replay import main as replay_main
+from dmocker.handoff import load_spec
 from dmocker.replay import ReplayConfig, run
 
 CONGESTED = dict(synthetic=40, rate=50.0, decode_workers=1, max_num_seqs=2, isl_mean=300, osl_mean=200)
@@ -203,3 +209,32 @@ def test_heartbeat_loss_text_round_trips_and_names_what_is_wrong() -> None:
             assert needle in str(exc), (bad, str(exc))
         else:
             raise AssertionError(bad)
+
+
+@pytest.mark.parametrize("engine,flags", [
+    ("vllm", ["--fault-stall-rate", "0.3", "--fault-stall-s", "2", "--kv-abort-timeout-s", "1"]),
+    ("vllm", ["--fault-stall-rate", "0.3", "--fault-stall-s", "2", "--kv-abort-timeout-s", "1",
+              "--kv-load-failure-policy", "recompute"]),
+    ("sglang", ["--fault-stall-rate", "0.3", "--fault-stall-s", "4", "--disaggregation-waiting-timeout-s", "2",
+                "--heartbeat-loss", "prefill:0@500+3000", "--disaggregation-heartbeat-interval-s", "1"]),
+])
+def test_a_run_with_stalls_and_expiries_replays_identically_and_its_log_conforms(
+        tmp_path: Path, engine: str, flags: list[str]) -> None:
+    """As a user runs it: the replay verb twice, byte-identical outputs, then the conform verb."""
+    outs = []
+    for name in ("a", "b"):
+        out, rec, ev = (tmp_path / f"{name}{suffix}" for suffix in (".json", ".jsonl", "-events.jsonl"))
+        assert replay_main(["--synthetic", "30", "--rate", "20", "--isl-mean", "600", "--osl-mean", "40",
+                            "--engine", engine, *flags, "--out", str(out), "--per-request", str(rec),
+                            "--events", str(ev), "--quiet"]) == 0
+        report = json.loads(out.read_bytes())
+        report.pop("config", None)
+        report["summary"].pop("wall_seconds", None)
+        outs.append((report, rec.read_bytes(), ev.read_bytes()))
+    assert outs[0] == outs[1]
+    summary = outs[0][0]["summary"]
+    assert summary["invariants_ok"] is True and summary["leaked_kv_blocks"] == 0
+    assert summary["worker_timers"] and summary["faults_injected"]["transfer_stall"] > 0
+    worker_kinds = {e["event"] for e in _events(outs[0][2])} & {k.name for k in load_spec().worker_kinds}
+    assert "transfer_stalled" in worker_kinds and len(worker_kinds) >= 2
+    assert conform_main([str(tmp_path / "a-events.jsonl")]) == 0
