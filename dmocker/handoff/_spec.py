@@ -189,6 +189,8 @@ class WorkerKind:
     side: str
     orders: tuple[HandoffOrder, ...]
     fact: str | None
+    #: the move of the spec's ``workers`` section it reports (``workers.moves``), or ""
+    move: str
     #: region -> the states it may be in, for the regions the kind constrains
     when: tuple[tuple[str, tuple[str, ...]], ...]
     doc: str

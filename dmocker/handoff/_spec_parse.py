@@ -402,10 +402,10 @@ def parse_spec(raw: object, path: str = "<spec>") -> ProtocolSpec:
 
 def _parse_worker_kinds(ctx: _Ctx, raw: object, kinds: tuple[str, ...], orders: dict[str, object],
                         facts: set[str], region_states: dict[str, tuple[str, ...]]) -> tuple[WorkerKind, ...]:
-    """``observable.worker_kinds`` (optional): name -> ``{"side", "orders"?, "fact", "when", "doc",
-    "sources"}``; a name is new (not a coordinator kind), ``when`` names declared regions and
+    """``observable.worker_kinds`` (optional): name -> ``{"move"?, "side", "orders"?, "fact", "when",
+    "doc", "sources"}``; a name is new (not a coordinator kind), ``when`` names declared regions and
     states, ``fact`` a declared fact or null."""
-    known = ("side", "orders", "fact", "when", "doc", "sources")
+    known = ("move", "side", "orders", "fact", "when", "doc", "sources")
     out: list[WorkerKind] = []
     for name, value in ctx.obj(raw, "observable.worker_kinds").items():
         if name == "doc":
@@ -437,7 +437,8 @@ def _parse_worker_kinds(ctx: _Ctx, raw: object, kinds: tuple[str, ...], orders: 
                 if state not in region_states[region]:
                     raise ctx.fail(f"{el}.when.{region}", f"unknown state {state!r}")
             when.append((region, states))
-        out.append(WorkerKind(name=name, side=side, orders=tuple(HandoffOrder(o) for o in order_names), fact=fact,
+        move = ctx.string(obj.get("move", ""), f"{el}.move")
+        out.append(WorkerKind(name=name, side=side, orders=tuple(HandoffOrder(o) for o in order_names), fact=fact, move=move,
                               when=tuple(when), doc=ctx.string(ctx.get(obj, "doc", el), f"{el}.doc"),
                               sources=ctx.strings(obj.get("sources", []), f"{el}.sources")))
     return tuple(out)

@@ -28,6 +28,7 @@ from dmocker.handoff import (
     TransferTiming,
     TransferTimingMode,
     load_spec,
+    load_workers,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -111,3 +112,21 @@ def test_fixture_and_replay_write_through_the_one_writer() -> None:
         assert obj.get("worker") == expected, line
         if obj["event"] in ("source_held", "destination_reserved"):
             assert obj["tokens"] == 8
+
+
+def test_every_worker_kind_reports_a_move_of_the_workers_machines() -> None:
+    """The log's worker kinds and the checker's worker machines are one model: each kind names
+    the move it reports, a timer or a fault there, or the recompute variant of a failed load."""
+    spec = load_spec()
+    workers = load_workers()
+    moves = {m.name: m for m in workers.moves}
+    assert spec.worker_kinds
+    for kind in spec.worker_kinds:
+        assert kind.move in moves, kind.name
+        assert moves[kind.move].kind is not None, kind.name
+    expected = {"source_expired": "hold_expiry", "bootstrap_timed_out": "bootstrap_timeout",
+                "destination_timed_out": "wait_timeout", "heartbeat_lost": "heartbeat_timeout",
+                "transfer_stalled": "transfer_stall", "kv_recomputed": "load_failed"}
+    assert {k.name: k.move for k in spec.worker_kinds} == expected
+    # a kind that delivers a fact delivers a terminal one (the coordinator's cleanup follows)
+    assert all(k.fact is None or k.fact in spec.terminal_facts for k in spec.worker_kinds)
