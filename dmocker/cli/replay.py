@@ -100,6 +100,12 @@ def render_summary(report: Report) -> str:
         causes = s.get("failures_by_cause")
         if isinstance(causes, dict):
             rows.append(("failures by cause", ", ".join(f"{k} {v}" for k, v in sorted(causes.items()) if v) or "-"))
+    timers = s.get("worker_timers")
+    if isinstance(timers, dict):  # present only when a worker's own timer fired
+        fired = [f"{k} {v}" for k, v in timers.items() if isinstance(v, int) and not isinstance(v, bool) and v
+                 and not k.endswith("_s") and k != "disaggregation_heartbeat_max_failure"]
+        fired.append(f"stranded_block_seconds {_fmt(timers.get('stranded_block_seconds', 0.0))}")
+        rows.append(("worker timers", ", ".join(fired)))
     if s.get("leaked_kv_blocks"):
         rows.append(("leaked_kv_blocks", _fmt(s["leaked_kv_blocks"])))
     if "goodput_completed_requests" in s:

@@ -238,3 +238,12 @@ def test_a_run_with_stalls_and_expiries_replays_identically_and_its_log_conforms
     worker_kinds = {e["event"] for e in _events(outs[0][2])} & {k.name for k in load_spec().worker_kinds}
     assert "transfer_stalled" in worker_kinds and len(worker_kinds) >= 2
     assert conform_main([str(tmp_path / "a-events.jsonl")]) == 0
+
+
+def test_the_summary_table_says_which_timers_fired(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert replay_main(["--synthetic", "30", "--rate", "20", "--isl-mean", "600", "--osl-mean", "40",
+                        "--fault-stall-rate", "0.3", "--fault-stall-s", "2", "--kv-abort-timeout-s", "1"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("worker timers"))
+    assert "source_expirations 10" in row and "stranded_block_seconds" in row and "kv_abort" not in row
+    assert replay_main(["--synthetic", "30", "--rate", "20", "--isl-mean", "600", "--osl-mean", "40"]) == 0
+    assert "worker timers" not in capsys.readouterr().out  # none fired, none shown
