@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from dmocker.conformance import ConformanceResult, LogError, Validator, Violation, parse_line
-from dmocker.handoff import HandoffOrder
+from dmocker.handoff import HandoffOrder, load_spec
 from dmocker.replay.report import JsonValue
 
 __all__ = ["LiveCheck", "Sink"]
@@ -31,8 +31,11 @@ class LiveCheck:
     """A text sink that checks each event-log line it is given (module docstring)."""
 
     def __init__(self, order: HandoffOrder, *, forward: Sink | None = None,
-                 report: Callable[[Violation], None] | None = None) -> None:
+                 report: Callable[[Violation], None] | None = None,
+                 worker_event: Callable[[str], None] | None = None) -> None:
         self._validator = Validator(order, max_listed=MAX_LISTED)
+        self._worker_event = worker_event  # told each worker kind (a timer fired, a fault hit) as it is logged
+        self._worker_kinds = frozenset(k.name for k in load_spec().worker_kinds)
         self._validator.on_violation = self._violated
         self._forward = forward
         self._report = report
@@ -56,6 +59,8 @@ class LiveCheck:
             if isinstance(item, LogError):
                 self.unreadable.append(item)
                 continue
+            if self._worker_event is not None and item.event in self._worker_kinds:
+                self._worker_event(item.event)
             problem = self._validator.feed(item)
             if problem is not None:
                 self.unreadable.append(problem)

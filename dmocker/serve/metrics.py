@@ -31,6 +31,8 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from dmocker.handoff import load_spec
+
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram  # type: ignore[import-not-found, unused-ignore]
 
@@ -110,11 +112,14 @@ HANDOFF_VIOLATIONS: Final = MetricSpec("dmocker_handoff_violations", MetricType.
                                        "Handoffs that broke a rule of the handoff spec, by rule.", ("rule",))
 LEAKED_KV_BLOCKS: Final = MetricSpec("dmocker_leaked_kv_blocks", MetricType.GAUGE,
                                      "KV blocks held with no live handoff to free them, by cause.", ("cause",))
+WORKER_EVENTS: Final = MetricSpec("dmocker_worker_events", MetricType.COUNTER,
+                                  "Events of the workers' own clocks and of faults (a hold expiry, a timeout, a "
+                                  "heartbeat verdict, a recomputed load, a stalled transfer), by kind.", ("kind",))
 
 #: every metric a worker exposes
 METRICS: Final = (RUNNING, WAITING, KV_CACHE_USAGE, PREFIX_CACHE_QUERIES, PREFIX_CACHE_HITS, PROMPT_TOKENS,
                   GENERATION_TOKENS, REQUEST_SUCCESS, TIME_TO_FIRST_TOKEN, INTER_TOKEN_LATENCY, E2E_REQUEST_LATENCY,
-                  HANDOFF_VIOLATIONS, LEAKED_KV_BLOCKS)
+                  HANDOFF_VIOLATIONS, LEAKED_KV_BLOCKS, WORKER_EVENTS)
 
 
 class MissingServeExtra(ImportError):
@@ -164,6 +169,9 @@ class WorkerMetrics:
         self._success = {reason: counters[REQUEST_SUCCESS.name].labels(**labels, finished_reason=reason)
                          for reason in FINISHED_REASONS}
         self._leaked = {cause: gauges[LEAKED_KV_BLOCKS.name].labels(cause=cause.value) for cause in LeakCause}
+        # one series per kind the spec names (observable.worker_kinds), each reading 0 until it happens
+        self._worker_events = {kind.name: counters[WORKER_EVENTS.name].labels(kind=kind.name)
+                               for kind in load_spec().worker_kinds}
 
     # -- scheduler state ------------------------------------------------------------------------
     def set_queue(self, running: int, waiting: int) -> None:
@@ -204,6 +212,13 @@ class WorkerMetrics:
     # -- handoffs -------------------------------------------------------------------------------
     def handoff_violation(self, rule: str) -> None:
         self._violations.labels(rule=rule).inc()
+
+    def worker_event(self, kind: str) -> None:
+        """A worker's own clock or a fault produced ``kind`` (a spec worker kind)."""
+        counter = self._worker_events.get(kind)
+        if counter is None:
+            raise ValueError(f"kind must be one of the spec's worker kinds {sorted(self._worker_events)}, got {kind!r}")
+        counter.inc()
 
     def set_leaked_blocks(self, cause: LeakCause, blocks: int) -> None:
         if blocks < 0:

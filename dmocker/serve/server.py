@@ -134,7 +134,8 @@ async def serve(options: ServeOptions, stop: asyncio.Event, *, started: Callable
 
     # Every handoff is checked as it runs; the log goes on to --events when asked for.
     check = LiveCheck(order_for_engine(options.config.engine),
-                      forward=events_w.write if events_w is not None else None, report=violated)
+                      forward=events_w.write if events_w is not None else None, report=violated,
+                      worker_event=metrics.worker_event if metrics is not None else None)
 
     def make(sinks: Sinks) -> LiveCluster:
         return LiveCluster(options.config, capacity=options.capacity, on_tokens=sinks.on_tokens,

@@ -4,13 +4,14 @@ its request id and the rule, and the log still reaches the file unchanged."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dmocker.conformance import Violation
-from dmocker.handoff import HandoffOrder
+from dmocker.handoff import HandoffOrder, load_spec, order_for_engine
 from dmocker.replay import ReplayConfig, run
 from dmocker.replay.invariants import conformance_break
 from dmocker.serve.live_check import LiveCheck
@@ -69,3 +70,21 @@ def setup_module() -> None:
 
     with tempfile.TemporaryDirectory() as d:
         _LOGS["vllm"] = _log(Path(d), "vllm")
+
+
+
+def test_each_worker_kind_is_told_as_it_is_logged_and_the_log_still_conforms(tmp_path: Path) -> None:
+    """A cluster whose timers fire: the check hears every worker kind (for ``/metrics``) in the
+    log's order, and the log with them conforms."""
+    worker_kinds = {k.name for k in load_spec().worker_kinds}
+    for engine, clocks in (("vllm", {"kv_abort_timeout_s": 1.0}), ("sglang", {"disaggregation_waiting_timeout_s": 1.0})):
+        path = tmp_path / f"{engine}.jsonl"
+        run(ReplayConfig.from_values({"synthetic": 30, "rate": 20.0, "isl_mean": 600, "osl_mean": 40, "engine": engine,
+                                      "fault_stall_rate": 0.3, "fault_stall_s": 2.0, **clocks, "events": str(path)}))
+        text = path.read_text()
+        logged = [json.loads(line)["event"] for line in text.splitlines()[1:]]
+        heard: list[str] = []
+        check = LiveCheck(order_for_engine(engine), worker_event=heard.append)
+        _feed(check, text, [len(text) // 3, len(text) // 2])
+        assert heard == [kind for kind in logged if kind in worker_kinds] and len(set(heard)) == 2, engine
+        assert check.ok and check.result().exit_code == 0, engine

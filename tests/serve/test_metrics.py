@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from dmocker.handoff import load_spec
 from dmocker.serve.metrics import (
     FINISHED_REASONS,
     ITL_BUCKETS,
@@ -78,6 +79,8 @@ def test_the_exposition_parses_and_has_every_family() -> None:
     w.request_finished("length", 1.2)
     w.handoff_violation("ReleaseSource before TransferCompleted")
     w.set_leaked_blocks(LeakCause.NO_DECODE_LEG, 7)
+    w.worker_event("source_expired")
+    w.worker_event("source_expired")
     parser = pytest.importorskip("prometheus_client.parser")
     parsed = {f.name: f for f in parser.text_string_to_metric_families(w.exposition().decode())}
     # the parser names a counter family without _total; prometheus_client adds a ``_created``
@@ -111,6 +114,9 @@ def test_the_exposition_parses_and_has_every_family() -> None:
     assert sample("dmocker_handoff_violations_total", rule="ReleaseSource before TransferCompleted") == 1
     assert sample("dmocker_leaked_kv_blocks", cause="no_decode_leg") == 7
     assert sample("dmocker_leaked_kv_blocks", cause="client_disconnect") == 0
+    assert sample("dmocker_worker_events_total", kind="source_expired") == 2
+    for kind in load_spec().worker_kinds:  # every kind the spec names, present from the start
+        assert sample("dmocker_worker_events_total", kind=kind.name) in (0, 2)
 
 
 def test_the_buckets_in_the_exposition_are_vllms() -> None:
