@@ -209,6 +209,46 @@ def test_faults_apply_live_and_reach_clients_as_real_errors(tmp_path: Path, engi
     assert isinstance(live, dict) and live["violations"] == 0 and live["events_checked"] > 40 * 5
 
 
+async def _stalled_traffic(url: str, n: int) -> tuple[list[int], dict[str, float]]:
+    """Whole requests into a cluster whose every transfer stalls; then the worker-event counters."""
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as s:
+        async def one(k: int) -> int:
+            async with s.post(url + "/v1/completions", json={"prompt": f"q{k} " * 40, "max_tokens": 8}) as resp:
+                await resp.read()
+                return resp.status
+
+        statuses = list(await asyncio.gather(*(one(k) for k in range(n))))
+        async with s.get(url + "/metrics") as resp:
+            text = await resp.text()
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    counts = {x.labels["kind"]: x.value for x in families["dmocker_worker_events"].samples if x.name.endswith("_total")}
+    return statuses, counts
+
+
+@pytest.mark.slow  # a server whose timers fire, a few seconds of wall clock
+@pytest.mark.parametrize("engine, flags, kinds", [
+    ("vllm", ["--kv-abort-timeout-s", "1"], {"transfer_stalled", "source_expired"}),
+    ("sglang", ["--disaggregation-waiting-timeout-s", "1"], {"transfer_stalled", "destination_timed_out"}),
+])
+def test_the_workers_clocks_fire_live_and_show_on_metrics(tmp_path: Path, engine: str, flags: list[str],
+                                                           kinds: set[str]) -> None:
+    """Every transfer stalls for 3 s and the worker's 1 s timer catches each one: the client gets
+    the real server's 500, ``/metrics`` counts the events, the log (timer lines included) conforms."""
+    n = 4
+    server = Server(tmp_path, "--engine", engine, "--fault-stall-rate", "1", "--fault-stall-s", "3", *flags)
+    statuses, counts = server.drive(_stalled_traffic(server.url, n), timeout=60)
+    assert statuses == [500] * n
+    assert {k for k, v in counts.items() if v} == kinds and all(counts[k] == n for k in kinds)
+    summary = server.summary()
+    assert summary["failed_requests"] == n and summary["leaked_kv_blocks"] == 0
+    assert summary["invariants_ok"] is True, summary["invariant_breaks"]
+    conform = subprocess.run([sys.executable, "-m", "dmocker", "conform", str(server.events)], capture_output=True,
+                             text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert conform.returncode == 0, conform.stdout + conform.stderr
+
+
 @pytest.mark.parametrize("flags, says", [
     (["--worker-crash", "decode:5@100"], "the decode pool has 2 worker(s)"),
     (["--front", "workers", "--worker-crash", "decode:0@100"], "--worker-crash: with --front workers"),
