@@ -26,18 +26,6 @@ from dmocker.handoff._spec import (
     derived,
 )
 from dmocker.handoff._spec_load import default_spec_path, has_workers, load_spec, load_workers, order_for_engine, success_outcomes
-from dmocker.handoff._workers import (
-    ClockProperty,
-    Configuration,
-    Guard,
-    Machine,
-    MoveKind,
-    PropertyKind,
-    Rule,
-    WorkerState,
-    WorkersSpec,
-    parse_workers,
-)
 from dmocker.handoff._table import STEP_TAG, CompiledTable, NotApplicable, Reject, Step, compile_table
 from dmocker.handoff._types import (
     Action,
@@ -73,14 +61,28 @@ if TYPE_CHECKING:
     from dmocker.handoff._fair import DueFact, FairEnvironment, fair_environment
     from dmocker.handoff._machines import HandoffChart
     from dmocker.handoff._monitor import InvariantError, Monitor, MonitorState, StepEvent, Violation
+    from dmocker.handoff._workers import (
+        ClockProperty,
+        Configuration,
+        Guard,
+        Machine,
+        MoveKind,
+        PropertyKind,
+        Rule,
+        WorkerState,
+        WorkersSpec,
+        parse_workers,
+    )
 
-#: Names imported on first use (module ``__getattr__``): the invariant monitor and the fair
-#: environment serve the checker, the Hypothesis kit and monitored coordinators, and a replay
-#: with the built-in coordinator loads neither.
+#: Names imported on first use (module ``__getattr__``): the invariant monitor, the fair
+#: environment and the workers' machines serve the checker, the Hypothesis kit, the fuzzer, the
+#: diagrams and monitored coordinators, and a replay with the built-in coordinator loads none.
 _LAZY = {
     "DueFact": "_fair", "FairEnvironment": "_fair", "fair_environment": "_fair",
     "InvariantError": "_monitor", "Monitor": "_monitor", "MonitorState": "_monitor",
     "StepEvent": "_monitor", "Violation": "_monitor",
+    **{name: "_workers" for name in ("ClockProperty", "Configuration", "Guard", "Machine", "MoveKind",
+                                     "PropertyKind", "Rule", "WorkerState", "WorkersSpec", "parse_workers")},
 }
 
 

@@ -14,12 +14,15 @@ import contextlib
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dmocker.handoff._spec import ProtocolSpec, SpecError
 from dmocker.handoff._spec_parse import parse_spec
 from dmocker.handoff._table import validate_semantics
 from dmocker.handoff._types import HandoffOrder, OutcomeKind
-from dmocker.handoff._workers import WorkersSpec, parse_workers
+
+if TYPE_CHECKING:
+    from dmocker.handoff._workers import WorkersSpec
 
 
 def success_outcomes(spec: ProtocolSpec | None = None) -> dict[str, OutcomeKind]:
@@ -123,6 +126,10 @@ def has_workers(spec: ProtocolSpec) -> bool:
 def load_workers(path: str | os.PathLike[str] | None = None) -> WorkersSpec:
     """The spec's ``workers`` section (the workers' own clocks), read and checked against the
     protocol it sits in (facts, actions and orders it names must be the protocol's)."""
+    # the workers' machines are read only by the clock checker, the fuzzer and the diagrams: a
+    # replay or a conformance check starts without them
+    from dmocker.handoff._workers import parse_workers
+
     spec = load_spec(path)
     cached = _WORKERS_CACHE.get(spec.path)
     if cached is not None:
