@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from dmocker.engines.interface import CommandResult, EngineCommandError, EngineWorker
+from dmocker.engines.interface import CommandEffects, CommandResult, EngineCommandError, EngineWorker
 from dmocker.handoff import (
     ActivateDestination,
     CancelDestination,
@@ -236,30 +236,36 @@ class ActionExecutor:
         while the worker is mid-pass (try again when the pass ends).  The coordinator's
         ReleaseSource later finds nothing to free (Noop)."""
         idx = req.prefill_worker
-        self.passes.settle(_P, idx)
-        pool = self.pools[_P]
-        w = pool.workers[idx]
-        if w.busy:
+        w = self._settled_worker(_P, idx)
+        if w is None:
             return False
-        pool.dirty[idx] = True
-        effects = w.release_source(req.rid)
-        if self.routing.kv_feed and effects.kv_events:
-            pool.router.on_kv_events(idx, effects.kv_events, self.clock.now_ms)
-        if effects.lifecycle:
-            self.handoffs.lifecycle(effects.lifecycle)
+        self._effects_of(_P, idx, w.release_source(req.rid))
         return True
 
-    def _ready_worker(self, req: RequestState, issued: IssuedAction, stage: int, idx: int) -> EngineWorker | None:
-        """Worker ``idx`` of ``stage``, settled and marked dirty; None (the action deferred
-        behind its pass) while it is mid-pass."""
+    def _settled_worker(self, stage: int, idx: int) -> EngineWorker | None:
+        """Worker ``idx`` of ``stage``, settled and marked dirty; None while it is mid-pass."""
         self.passes.settle(stage, idx)
         pool = self.pools[stage]
         w = pool.workers[idx]
         if w.busy:
-            pool.defer((req, issued), idx)
             return None
         pool.dirty[idx] = True
         return w
+
+    def _ready_worker(self, req: RequestState, issued: IssuedAction, stage: int, idx: int) -> EngineWorker | None:
+        """:meth:`_settled_worker`, the action deferred behind the pass when it is mid-pass."""
+        w = self._settled_worker(stage, idx)
+        if w is None:
+            self.pools[stage].defer((req, issued), idx)
+        return w
+
+    def _effects_of(self, stage: int, idx: int, effects: CommandEffects) -> None:
+        """What a freeing command on worker ``idx`` of ``stage`` changed: the prefill router's
+        KV events, the lifecycle facts."""
+        if self.routing.kv_feed and stage == _P and effects.kv_events:
+            self.pools[_P].router.on_kv_events(idx, effects.kv_events, self.clock.now_ms)
+        if effects.lifecycle:
+            self.handoffs.lifecycle(effects.lifecycle)
 
     def _activate_destination(self, req: RequestState, issued: IssuedAction) -> bool:
         idx = req.decode_worker
@@ -318,10 +324,7 @@ class ActionExecutor:
             handoffs.ack_ok(req, issued, _K_NOOP)
         else:
             raise ReplayInvariantError(f"{cls.__name__} for request {req.rid} returned {result.value}")
-        if self.routing.kv_feed and stage == _P and effects.kv_events:
-            self.pools[_P].router.on_kv_events(idx, effects.kv_events, self.clock.now_ms)
-        if effects.lifecycle:
-            handoffs.lifecycle(effects.lifecycle)
+        self._effects_of(stage, idx, effects)
         return True
 
     def _complete(self, req: RequestState) -> None:
