@@ -364,10 +364,13 @@ def _check_across(c: ReplayConfig) -> None:
         raise ConfigError(f"prefill and decode block sizes must match: {prefill.page_tokens} vs {decode.page_tokens}",
                           field="decode.block_size")
     try:
+        c.faults.check_heartbeat_losses(c.cluster.prefill_workers)
+    except ValueError as exc:
+        raise ConfigError(str(exc), field="faults.heartbeat_losses") from None
+    try:
         c.faults.check_pools(c.cluster.prefill_workers, c.cluster.decode_workers)
     except ValueError as exc:
-        where = "faults.heartbeat_losses" if str(exc).startswith("heartbeat_loss") else "faults.crashes"
-        raise ConfigError(str(exc), field=where) from None
+        raise ConfigError(str(exc), field="faults.crashes") from None
     _check_clocks(c)
     p = c.planner
     if planner and p.max_gpu_budget >= 0 and p.max_gpu_budget < 2 * p.min_endpoint:

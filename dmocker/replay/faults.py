@@ -239,6 +239,12 @@ class FaultPlan:
         return not (self.cancel_rate or self.fail_rate or self.timeout_rate or self.crashes or self.schedule
                     or self.stall_rate or self.heartbeat_losses)
 
+    def check_heartbeat_losses(self, prefill_workers: int) -> None:
+        """Heartbeat losses name existing prefill workers."""
+        for h in self.heartbeat_losses:
+            if h.index >= prefill_workers:
+                raise ValueError(f"heartbeat_loss {h.label()}: the prefill pool has {prefill_workers} worker(s)")
+
     def check_pools(self, prefill_workers: int, decode_workers: int, num_requests: int | None = None) -> None:
         """Crashes name existing workers; scheduled faults name existing requests."""
         sizes = {Pool.PREFILL: prefill_workers, Pool.DECODE: decode_workers}
@@ -248,9 +254,7 @@ class FaultPlan:
                     f"worker_crash {c.label()}: the {c.pool.value} pool has {sizes[c.pool]} worker(s) "
                     f"(indexes 0..{sizes[c.pool] - 1})"
                 )
-        for h in self.heartbeat_losses:
-            if h.index >= prefill_workers:
-                raise ValueError(f"heartbeat_loss {h.label()}: the prefill pool has {prefill_workers} worker(s)")
+        self.check_heartbeat_losses(prefill_workers)
         if num_requests is not None:
             for f in self.schedule:
                 if f.request_id >= num_requests:
