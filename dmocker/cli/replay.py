@@ -102,8 +102,9 @@ def render_summary(report: Report) -> str:
             rows.append(("failures by cause", ", ".join(f"{k} {v}" for k, v in sorted(causes.items()) if v) or "-"))
     timers = s.get("worker_timers")
     if isinstance(timers, dict):  # present only when a worker's own timer fired
+        # the counts, not the settings beside them (named after their flags: kv_*, disaggregation_*)
         fired = [f"{k} {v}" for k, v in timers.items() if isinstance(v, int) and not isinstance(v, bool) and v
-                 and not k.endswith("_s") and k != "disaggregation_heartbeat_max_failure"]
+                 and not k.startswith(("kv_", "disaggregation_"))]
         fired.append(f"stranded_block_seconds {_fmt(timers.get('stranded_block_seconds', 0.0))}")
         rows.append(("worker timers", ", ".join(fired)))
     if s.get("leaked_kv_blocks"):
